@@ -1,0 +1,142 @@
+"""Boundary conditions: what lies beyond the edge of a global array.
+
+A boundary condition belongs to the array (per axis and per face), not to the
+stencil. It says what a read *beyond the edge* sees, both in the automatic path
+(``pgas.shift`` and slices that reach into the halo) and in the explicit paths
+(the ghost cells :func:`pgas.exchange_halo` fills at the domain edge):
+
+========================  =============================================  ==============================
+condition                 ghost cell ``-1 - j`` (low face) reads          cells the array itself keeps
+========================  =============================================  ==============================
+``Periodic()``            ``u[N - 1 - j]`` (wrap around)                  none
+``Dirichlet(value)``      ``value``                                       none
+``Neumann()``             ``u[j]`` (mirror: zero gradient at the face)    none
+``Keep()``                ``u[j]`` (as Neumann; never used by a write)    the outer ``halo`` cells
+========================  =============================================  ==============================
+
+``Keep`` is the seed heat equation's semantics: the outermost ``halo`` cells on
+that face are boundary cells that no assignment changes (``u[0]`` and ``u[-1]``
+never change for a width-1 stencil).
+
+A periodic condition must be periodic on both faces of its axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Union
+
+from pgas.errors import LayoutError
+
+__all__ = ["Boundary", "Periodic", "Dirichlet", "Neumann", "Keep", "normalize_boundary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Periodic:
+    """Wrap around: the cell beyond the high face is the first cell.
+
+    >>> Periodic()
+    Periodic()
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Dirichlet:
+    """A fixed value beyond the face.
+
+    Args:
+        value: the value every ghost cell reads (cast to the array's dtype).
+
+    >>> Dirichlet(1.5).value
+    1.5
+    """
+
+    value: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Neumann:
+    """Zero gradient across the face: ghost cell ``-1 - j`` mirrors cell ``j``.
+
+    >>> Neumann()
+    Neumann()
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Keep:
+    """The outermost ``halo`` cells of the face never change (the seed semantics).
+
+    >>> Keep()
+    Keep()
+    """
+
+
+Boundary = Union[Periodic, Dirichlet, Neumann, Keep]
+_KINDS = (Periodic, Dirichlet, Neumann, Keep)
+Faces = tuple[tuple[Boundary, Boundary], ...]
+
+
+def _is_bc(x: object) -> bool:
+    return isinstance(x, _KINDS)
+
+
+def normalize_boundary(boundary: object, ndim: int) -> Faces:
+    """Expand a boundary description to one ``(low, high)`` pair per axis.
+
+    Accepted forms: one condition for every face; a sequence with one entry per
+    axis, each a condition or a ``(low, high)`` pair.
+
+    Args:
+        boundary: the description.
+        ndim: number of array dimensions.
+
+    Returns:
+        A tuple of ``ndim`` pairs ``(low, high)``.
+
+    Raises:
+        LayoutError: on a wrong count, an unknown object, or a periodic face
+            paired with a non-periodic one.
+
+    >>> normalize_boundary(Periodic(), 2)
+    ((Periodic(), Periodic()), (Periodic(), Periodic()))
+    >>> normalize_boundary([Keep(), (Dirichlet(1.0), Neumann())], 2)[1]
+    (Dirichlet(value=1.0), Neumann())
+    """
+    if _is_bc(boundary):
+        faces = tuple((boundary, boundary) for _ in range(ndim))
+    elif isinstance(boundary, Sequence) and not isinstance(boundary, str):
+        if len(boundary) != ndim:
+            raise LayoutError(
+                f"boundary has {len(boundary)} entries for a {ndim}-D array; "
+                f"give one condition, or one entry (condition or (low, high) pair) per axis"
+            )
+        pairs = []
+        for axis, entry in enumerate(boundary):
+            if _is_bc(entry):
+                pairs.append((entry, entry))
+            elif (
+                isinstance(entry, Sequence)
+                and len(entry) == 2
+                and all(_is_bc(e) for e in entry)
+            ):
+                pairs.append((entry[0], entry[1]))
+            else:
+                raise LayoutError(
+                    f"boundary[{axis}] = {entry!r} is not a boundary condition; use "
+                    f"pgas.Periodic(), Dirichlet(v), Neumann(), Keep() or a (low, high) pair"
+                )
+        faces = tuple(pairs)
+    else:
+        raise LayoutError(
+            f"boundary = {boundary!r} is not a boundary condition; use pgas.Periodic(), "
+            f"Dirichlet(v), Neumann(), Keep(), or one per axis"
+        )
+    for axis, (lo, hi) in enumerate(faces):
+        if isinstance(lo, Periodic) != isinstance(hi, Periodic):
+            raise LayoutError(
+                f"boundary on axis {axis} is ({lo!r}, {hi!r}): a periodic face needs a "
+                f"periodic partner; make both faces Periodic() or neither"
+            )
+    return faces

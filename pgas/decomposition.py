@@ -1,0 +1,138 @@
+"""How a global axis of N cells is cut into blocks, one per process or device.
+
+pgas uses the block distribution MPI codes use, on every backend: N cells over
+D parts give the first ``N % D`` blocks ``N // D + 1`` cells and the others
+``N // D``. Every block is stored with the same physical size
+``ceil(N / D)``; a short block carries one padding cell at its end, which no
+result ever shows. This layout lets a size the device count does not divide
+(``1_000_003`` cells on 8 devices, or ``N + 2``) be sharded by JAX, and makes
+block ``b`` on a device hold exactly the cells rank ``b`` holds under
+``mpiexec``.
+
+:func:`dims_create` splits a device count over k mesh axes the way
+``MPI_Dims_create`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pgas.errors import DeviceCountError
+
+__all__ = ["BlockAxis", "dims_create"]
+
+
+def dims_create(count: int, ndims: int) -> tuple[int, ...]:
+    """Split ``count`` into ``ndims`` factors as equal as possible, largest first.
+
+    The same rule as ``MPI_Dims_create`` with all dimensions free.
+
+    Args:
+        count: number of devices or processes (>= 1).
+        ndims: number of mesh axes (>= 1).
+
+    Returns:
+        A non-increasing tuple of ``ndims`` integers whose product is ``count``.
+
+    >>> dims_create(8, 2)
+    (4, 2)
+    >>> dims_create(12, 3)
+    (3, 2, 2)
+    """
+    if count < 1:
+        raise DeviceCountError(f"count = {count}: need at least 1 device or process")
+    if ndims < 1:
+        raise DeviceCountError(f"ndims = {ndims}: a mesh needs at least 1 axis")
+    factors = []
+    rest, p = count, 2
+    while rest > 1:
+        while rest % p == 0:
+            factors.append(p)
+            rest //= p
+        p += 1
+    dims = [1] * ndims
+    for f in sorted(factors, reverse=True):
+        dims[int(np.argmin(dims))] *= f
+    return tuple(sorted(dims, reverse=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockAxis:
+    """Block distribution of one global axis of ``size`` cells over ``parts`` blocks.
+
+    Attributes:
+        size: global (logical) number of cells.
+        parts: number of blocks (the mesh axis size; 1 for a replicated axis).
+
+    >>> ax = BlockAxis(10, 4)
+    >>> ax.block, ax.lengths, ax.offsets
+    (3, (3, 3, 2, 2), (0, 3, 6, 8))
+    >>> ax.padded
+    12
+    """
+
+    size: int
+    parts: int
+
+    @property
+    def base(self) -> int:
+        """Cells in a short block (``size // parts``)."""
+        return self.size // self.parts
+
+    @property
+    def extra(self) -> int:
+        """How many leading blocks hold one more cell (``size % parts``)."""
+        return self.size % self.parts
+
+    @property
+    def block(self) -> int:
+        """Physical cells of every block, ``ceil(size / parts)``."""
+        return self.base + (self.extra > 0)
+
+    @property
+    def padded(self) -> int:
+        """Physical size of the axis, ``parts * block``."""
+        return self.parts * self.block
+
+    @property
+    def even(self) -> bool:
+        """True when every block is full (no padding)."""
+        return self.extra == 0
+
+    @property
+    def min_length(self) -> int:
+        """Cells in the smallest block."""
+        return self.base
+
+    def length(self, b: int) -> int:
+        """Cells held by block ``b``."""
+        return self.base + (b < self.extra)
+
+    def offset(self, b: int) -> int:
+        """Global index of the first cell of block ``b``."""
+        return b * self.base + min(b, self.extra)
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Cells held by each block."""
+        return tuple(self.length(b) for b in range(self.parts))
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Global index of the first cell of each block."""
+        return tuple(self.offset(b) for b in range(self.parts))
+
+    def physical_index(self) -> np.ndarray:
+        """Physical position of every global cell, shape ``(size,)``.
+
+        >>> BlockAxis(5, 2).physical_index()
+        array([0, 1, 2, 3, 4])
+        >>> BlockAxis(4, 3).physical_index()
+        array([0, 1, 2, 4])
+        """
+        g = np.arange(self.size)
+        b = np.where(g < self.extra * (self.base + 1), g // max(self.base + 1, 1),
+                     self.extra + (g - self.extra * (self.base + 1)) // max(self.base, 1))
+        return b * self.block + (g - (b * self.base + np.minimum(b, self.extra)))
