@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pgas.boundary import Faces, Periodic, normalize_boundary
+from pgas.boundary import Faces, Keep, Periodic, normalize_boundary
 from pgas.decomposition import BlockAxis
 from pgas.errors import HaloError, LayoutError, MeshError
 
@@ -143,18 +143,54 @@ class Layout:
         shape[2 * axis + 1] = self.axes[axis].block
         return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1)
 
-    def global_index(self, axis: int) -> jax.Array:
-        """Global (logical) index of every cell along ``axis``, in the blocks form."""
-        ax = self.axes[axis]
-        b, j = self.block_iota(axis), self.cell_iota(axis)
-        return b * ax.base + jnp.minimum(b, ax.extra) + j
+    def global_index(self, axis: int, block: jax.Array | None = None) -> jax.Array:
+        """Global (logical) index of every cell along ``axis``, in the blocks form.
 
-    def valid(self, axis: int) -> jax.Array | None:
+        ``block`` gives the block number (default: every block, as an iota; the
+        explicit path passes its own block number from ``lax.axis_index``).
+        """
+        ax = self.axes[axis]
+        b = self.block_iota(axis) if block is None else block
+        return b * ax.base + jnp.minimum(b, ax.extra) + self.cell_iota(axis)
+
+    def valid(self, axis: int, block: jax.Array | None = None) -> jax.Array | None:
         """Mask of real (non-padding) cells along ``axis``, or None when there is no padding."""
         ax = self.axes[axis]
         if ax.even:
             return None
-        return self.cell_iota(axis) < ax.base + (self.block_iota(axis) < ax.extra)
+        b = self.block_iota(axis) if block is None else block
+        return self.cell_iota(axis) < ax.base + (b < ax.extra)
+
+    def window_mask(
+        self,
+        start: Sequence[int],
+        extent: Sequence[int],
+        widths: Sequence[int],
+        block: Sequence[jax.Array] | None = None,
+    ) -> jax.Array | None:
+        """Cells a write to the window ``[start, start + extent)`` may change.
+
+        Excludes padding and, on a ``Keep`` face, the outer
+        ``max(declared halo, widths[axis])`` cells. ``None`` means every cell.
+        """
+        mask = None
+        for axis, (lo, e, ax) in enumerate(zip(start, extent, self.axes)):
+            hi = lo + e
+            keep = max(self.halo[axis] or 0, widths[axis])
+            low_bc, high_bc = self.boundary[axis]
+            if isinstance(low_bc, Keep):
+                lo = max(lo, keep)
+            if isinstance(high_bc, Keep):
+                hi = min(hi, ax.size - keep)
+            b = None if block is None else block[axis]
+            terms = [] if ax.even else [self.valid(axis, b)]
+            if lo > 0 or hi < ax.size:
+                g = self.global_index(axis, b)
+                terms += [g >= lo] if lo > 0 else []
+                terms += [g < hi] if hi < ax.size else []
+            for t in terms:
+                mask = t if mask is None else mask & t
+        return mask
 
 
 def _default_spec(ndim: int, mesh: Mesh) -> tuple[str | None, ...]:

@@ -37,10 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pgas.array import GlobalArray
-from pgas.boundary import Keep
 from pgas.errors import DTypeMismatchError, IndexingError, LayoutError, ShapeMismatchError
 from pgas.halo import extend
-from pgas.layout import Layout
 
 __all__ = ["View", "shift", "where", "apply"]
 
@@ -75,6 +73,9 @@ class View:
         raise NotImplementedError
 
     def _eval(self, target: tuple[int, ...], ext: dict) -> jax.Array:
+        raise NotImplementedError
+
+    def _shifted(self, offset: int, axis: int) -> View:
         raise NotImplementedError
 
     def __getitem__(self, key) -> View:
@@ -120,6 +121,12 @@ class _Leaf(View):
     def _leaves(self):
         return [self]
 
+    def _shifted(self, offset, axis):
+        full = [i for i, k in enumerate(self.kept) if k][axis]  # view axis -> array axis
+        start = list(self.start)
+        start[full] -= offset
+        return _Leaf(self.array, tuple(start), self.extent, self.kept)
+
     def _eval(self, target, ext):
         offset = tuple(s - t for s, t in zip(self.start, target))
         blocks, widths = ext[id(self.array)]
@@ -149,6 +156,10 @@ class _Op(View):
 
     def _leaves(self):
         return [leaf for a in self.args if isinstance(a, View) for leaf in a._leaves()]
+
+    def _shifted(self, offset, axis):
+        return _Op(self.fn, tuple(shift(a, offset, axis) if isinstance(a, View) else a
+                                  for a in self.args))  # fmt: skip
 
     def _eval(self, target, ext):
         return self.fn(*(a._eval(target, ext) if isinstance(a, View) else a for a in self.args))
@@ -296,29 +307,29 @@ def _getitem(self: GlobalArray, key) -> View:
     return _Leaf(self, *_normalize(key, self.layout.shape))
 
 
-def shift(array: GlobalArray, offset: int, axis: int = 0) -> View:
-    """The whole array shifted by ``offset`` cells along ``axis``, like ``jnp.roll``.
+def shift(x: GlobalArray | View, offset: int, axis: int = 0) -> View:
+    """``x`` shifted by ``offset`` cells along ``axis``, like ``jnp.roll``.
 
-    Element ``i`` is ``array[i - offset]``; reads beyond the domain edge follow
+    Element ``i`` is ``x[i - offset]``; reads beyond the domain edge follow
     the array's boundary condition (periodic wraps; Dirichlet reads the value;
-    Neumann and Keep mirror).
+    Neumann and Keep mirror). Shifts compose (``shift(shift(g, 1, 0), 1, 1)`` is
+    the diagonal neighbour) and apply to expressions.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1), boundary=pgas.Dirichlet(-1))
-    >>> (pgas.shift(u, 1) + 0).to_array().to_numpy()
+    >>> pgas.shift(u, 1).to_array().to_numpy()
     array([-1.,  0.,  1.,  2.])
     """
-    if not isinstance(array, GlobalArray):
-        raise IndexingError(f"shift needs a pgas.GlobalArray, got {type(array).__name__}")
-    _check_unbatched(array)
-    ndim = array.layout.ndim
+    if isinstance(x, GlobalArray):
+        _check_unbatched(x)
+        x = _whole(x)
+    if not isinstance(x, View):
+        raise IndexingError(f"shift needs a pgas.GlobalArray or View, got {type(x).__name__}")
+    ndim = len(x.shape)
     axis = _static_int(axis, "axis")
     if not -ndim <= axis < ndim:
         raise IndexingError(f"axis = {axis} is out of range for a {ndim}-D array")
-    axis %= ndim
-    start = [0] * ndim
-    start[axis] = -_static_int(offset, "offset")
-    return _Leaf(array, tuple(start), array.layout.shape, (True,) * ndim)
+    return x._shifted(_static_int(offset, "offset"), axis % ndim)
 
 
 # ---- assignment -------------------------------------------------------------------------
@@ -392,33 +403,9 @@ def _assign(array: GlobalArray, key, value) -> jax.Array:
     old = lay.to_blocks(array.data)
     new = value._eval(start, ext) if isinstance(value, View) else value
     new = jnp.asarray(new).astype(array.dtype)
-    mask = _window_mask(lay, start, extent, needs.get(id(array), (None, [0] * lay.ndim))[1])
+    mask = lay.window_mask(start, extent, needs.get(id(array), (None, [0] * lay.ndim))[1])
     result = new if mask is None else jnp.where(mask, new, old)
     return lay.from_blocks(jnp.broadcast_to(result, old.shape))
-
-
-def _window_mask(lay: Layout, start, extent, widths) -> jax.Array | None:
-    """Cells of the blocks form inside the window, not padding, not kept by a Keep face."""
-    mask = None
-    for axis, (lo, e, ax) in enumerate(zip(start, extent, lay.axes)):
-        hi = lo + e
-        keep = max(lay.halo[axis] or 0, widths[axis])
-        low_bc, high_bc = lay.boundary[axis]
-        if isinstance(low_bc, Keep):
-            lo = max(lo, keep)
-        if isinstance(high_bc, Keep):
-            hi = min(hi, ax.size - keep)
-        terms = []
-        if lo > 0 or hi < ax.size:
-            g = lay.global_index(axis)
-            terms += [g >= lo] if lo > 0 else []
-            terms += [g < hi] if hi < ax.size else []
-        valid = lay.valid(axis)
-        if valid is not None:
-            terms.append(valid)
-        for t in terms:
-            mask = t if mask is None else mask & t
-    return mask
 
 
 def _setitem(self: GlobalArray, key, value) -> None:
