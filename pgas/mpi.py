@@ -60,8 +60,17 @@ from pgas.errors import (
 )
 
 __all__ = [
-    "CartGrid", "MessageCounter", "RunResult", "abort_on_error", "allreduce",
-    "cart_grid", "exchange_halo", "gather", "local_coordinates", "require_launcher", "run",
+    "CartGrid",
+    "MessageCounter",
+    "RunResult",
+    "abort_on_error",
+    "allreduce",
+    "cart_grid",
+    "exchange_halo",
+    "gather",
+    "local_coordinates",
+    "require_launcher",
+    "run",
 ]
 
 _LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
@@ -108,18 +117,22 @@ class CartGrid:
     def block(self, coords: Sequence[int] | None = None) -> tuple[slice, ...]:
         """Global slices of the block at ``coords`` (default: this rank's)."""
         coords = self.coords if coords is None else coords
-        return tuple(slice(ax.offset(c), ax.offset(c) + ax.length(c))
-                     for ax, c in zip(self.axes, coords))
+        return tuple(
+            slice(ax.offset(c), ax.offset(c) + ax.length(c))
+            for ax, c in zip(self.axes, coords, strict=True)
+        )
 
     @property
     def local_shape(self) -> tuple[int, ...]:
         """Cells this rank holds per axis (without halo)."""
-        return tuple(ax.length(c) for ax, c in zip(self.axes, self.coords))
+        return tuple(ax.length(c) for ax, c in zip(self.axes, self.coords, strict=True))
 
     def describe(self) -> str:
         """One line: global shape, rank layout and block lengths."""
-        return (f"global {self.global_shape} over {self.size} rank(s): dims {self.dims}, "
-                f"periodic {self.periods}, block lengths {tuple(a.lengths for a in self.axes)}")
+        return (
+            f"global {self.global_shape} over {self.size} rank(s): dims {self.dims}, "
+            f"periodic {self.periods}, block lengths {tuple(a.lengths for a in self.axes)}"
+        )
 
 
 def cart_grid(
@@ -158,27 +171,37 @@ def cart_grid(
         raise LayoutError(f"global_shape = {shape}: give at least one axis, each >= 1 cell")
     dims = dims_create(comm.size, ndim) if dims is None else tuple(int(d) for d in dims)
     if len(dims) != ndim or any(d < 1 for d in dims):
-        raise LayoutError(f"dims = {dims} for a {ndim}-D grid: give {ndim} positive integers "
-                          f"(1 for an axis that is not split)")
+        raise LayoutError(
+            f"dims = {dims} for a {ndim}-D grid: give {ndim} positive integers "
+            f"(1 for an axis that is not split)"
+        )
     if math.prod(dims) != comm.size:
         raise DeviceCountError(
             f"dims = {dims} asks for {math.prod(dims)} ranks but the communicator has "
             f"{comm.size}; launch with `mpiexec -n {math.prod(dims)}` or pass dims whose "
-            f"product is {comm.size} (or dims=None)")
-    periods = (bool(periods),) * ndim if isinstance(periods, (bool, np.bool_)) \
+            f"product is {comm.size} (or dims=None)"
+        )
+    periods = (
+        (bool(periods),) * ndim
+        if isinstance(periods, (bool, np.bool_))
         else tuple(bool(p) for p in periods)
+    )
     if len(periods) != ndim:
         raise LayoutError(f"periods = {periods} for a {ndim}-D grid: give one flag or {ndim}")
-    for i, (n, d) in enumerate(zip(shape, dims)):
+    for i, (n, d) in enumerate(zip(shape, dims, strict=True)):
         if n < d:
             raise LayoutError(
                 f"global_shape[{i}] = {n} cells cannot be split over dims[{i}] = {d} ranks; "
-                f"use fewer ranks on axis {i} (dims=...) or a larger grid")
+                f"use fewer ranks on axis {i} (dims=...) or a larger grid"
+            )
     cart = comm.Create_cart(dims, periods=periods, reorder=False)
     return CartGrid(
-        comm=cart, global_shape=shape, dims=dims, periods=periods,
+        comm=cart,
+        global_shape=shape,
+        dims=dims,
+        periods=periods,
         coords=tuple(cart.Get_coords(cart.rank)),
-        axes=tuple(BlockAxis(n, d) for n, d in zip(shape, dims)),
+        axes=tuple(BlockAxis(n, d) for n, d in zip(shape, dims, strict=True)),
         neighbours=tuple(tuple(cart.Shift(i, 1)) for i in range(ndim)),
     )
 
@@ -208,12 +231,13 @@ def _halo_tuple(halo: int | Sequence[int], ndim: int) -> tuple[int, ...]:
 
 
 def _check_halo(grid: CartGrid, halo: tuple[int, ...]) -> None:
-    for i, (h, ax) in enumerate(zip(halo, grid.axes)):
+    for i, (h, ax) in enumerate(zip(halo, grid.axes, strict=True)):
         if h > ax.min_length:
             raise HaloError(
                 f"halo[{i}] = {h} is wider than the smallest block on axis {i} "
                 f"({ax.min_length} cells of {ax.size} over {ax.parts} rank(s)); use fewer "
-                f"ranks on axis {i} (dims=...), a larger grid, or a narrower stencil")
+                f"ranks on axis {i} (dims=...), a larger grid, or a narrower stencil"
+            )
 
 
 def exchange_halo(
@@ -244,20 +268,32 @@ def exchange_halo(
             (or the reverse).
         ShapeMismatchError: ``ext`` of the wrong shape.
     """
+    halo, faces = _checked(ext.shape, grid, halo, boundary)
+    _exchange(ext, grid, halo, faces, counter)
+
+
+def _checked(shape, grid: CartGrid, halo, boundary):
+    """Validate an exchange once; return the halo tuple and the normalized faces."""
     halo = _halo_tuple(halo, grid.ndim)
     faces = normalize_boundary(boundary, grid.ndim)
-    want = tuple(n + 2 * h for n, h in zip(grid.local_shape, halo))
-    if ext.shape != want:
+    want = tuple(n + 2 * h for n, h in zip(grid.local_shape, halo, strict=True))
+    if tuple(shape) != want:
         raise ShapeMismatchError(
-            f"ext.shape = {ext.shape}, but a block of {grid.local_shape} cells with halo "
-            f"{halo} needs {want}; allocate local_shape + 2*halo per axis")
+            f"ext.shape = {tuple(shape)}, but a block of {grid.local_shape} cells with halo "
+            f"{halo} needs {want}; allocate local_shape + 2*halo per axis"
+        )
     _check_halo(grid, halo)
-    for a, (lo, hi) in enumerate(faces):
+    for a, (lo, _) in enumerate(faces):
         if isinstance(lo, Periodic) != grid.periods[a]:
             raise LayoutError(
                 f"boundary on axis {a} is {lo!r} but the grid has periods[{a}] = "
                 f"{grid.periods[a]}; build the grid with cart_grid(..., periods="
-                f"{tuple(isinstance(f[0], Periodic) for f in faces)})")
+                f"{tuple(isinstance(f[0], Periodic) for f in faces)})"
+            )
+    return halo, faces
+
+
+def _exchange(ext, grid, halo, faces, counter) -> None:
     for a, h in enumerate(halo):
         if h:
             _exchange_axis(ext, grid, a, halo, faces[a], counter)
@@ -269,8 +305,10 @@ _NOTHING = np.empty(0, np.uint8)
 def _exchange_axis(ext, grid, a, halo, faces, counter) -> None:
     h, n = halo[a], grid.local_shape[a]
     # Earlier axes: full extent (their halos are filled); later axes: interior only.
-    rest = [slice(None) if b > a else slice(halo[b], halo[b] + grid.local_shape[b])
-            for b in range(grid.ndim)]
+    rest = [
+        slice(None) if b < a else slice(halo[b], halo[b] + grid.local_shape[b])
+        for b in range(grid.ndim)
+    ]
 
     def sl(start: int, stop: int) -> tuple[slice, ...]:
         rest[a] = slice(start, stop)
@@ -348,7 +386,8 @@ def gather(block: np.ndarray, grid: CartGrid, root: int = 0) -> np.ndarray | Non
     if block.shape != grid.local_shape:
         raise ShapeMismatchError(
             f"block.shape = {block.shape} on rank {grid.rank}, expected {grid.local_shape}; "
-            f"pass the cells without halo, e.g. ext[1:-1]")
+            f"pass the cells without halo, e.g. ext[1:-1]"
+        )
     send = np.ascontiguousarray(block)
     if grid.rank != root:
         grid.comm.Gatherv([send, MPI.BYTE], None, root=root)
@@ -359,8 +398,8 @@ def gather(block: np.ndarray, grid: CartGrid, root: int = 0) -> np.ndarray | Non
     buf = np.empty(sum(counts), np.uint8)
     grid.comm.Gatherv([send, MPI.BYTE], [buf, counts, displs, MPI.BYTE], root=root)
     out = np.empty(grid.global_shape, send.dtype)
-    for b, c, d in zip(blocks, counts, displs):
-        out[b] = buf[d:d + c].view(send.dtype).reshape([s.stop - s.start for s in b])
+    for b, c, d in zip(blocks, counts, displs, strict=True):
+        out[b] = buf[d : d + c].view(send.dtype).reshape([s.stop - s.start for s in b])
     return out
 
 
@@ -382,8 +421,10 @@ def abort_on_error() -> Iterator[None]:
         world = MPI.COMM_WORLD
         if world.size == 1:
             raise
-        sys.stderr.write(f"pgas.mpi: rank {world.rank} of {world.size} failed, aborting "
-                         f"all ranks:\n{traceback.format_exc()}")
+        sys.stderr.write(
+            f"pgas.mpi: rank {world.rank} of {world.size} failed, aborting "
+            f"all ranks:\n{traceback.format_exc()}"
+        )
         sys.stderr.flush()
         world.Abort(1)
 
@@ -404,15 +445,18 @@ def require_launcher(expected_ranks: int) -> None:
     if size == 1 and not env:
         raise DeviceCountError(
             f"expected_ranks = {expected_ranks}, but this process was started without an MPI "
-            f"launcher (COMM_WORLD has 1 rank); launch it with {how}")
+            f"launcher (COMM_WORLD has 1 rank); launch it with {how}"
+        )
     if size == 1 and expected_ranks > 1:
         raise DeviceCountError(
             f"expected_ranks = {expected_ranks}, but COMM_WORLD has 1 rank although a launcher "
             f"set {env[0]}: that mpiexec belongs to another MPI library than mpi4py's "
             f"({MPI.Get_library_version().splitlines()[0].strip()}); launch with "
-            f"{os.path.join(os.path.dirname(sys.executable), 'mpiexec')} -n {expected_ranks}")
+            f"{os.path.join(os.path.dirname(sys.executable), 'mpiexec')} -n {expected_ranks}"
+        )
     raise DeviceCountError(
-        f"expected_ranks = {expected_ranks}, but COMM_WORLD has {size} ranks; launch with {how}")
+        f"expected_ranks = {expected_ranks}, but COMM_WORLD has {size} ranks; launch with {how}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,13 +493,17 @@ def _update_box(grid: CartGrid, halo, faces, region) -> tuple[slice, ...]:
     elif isinstance(region, slice):
         region = (region,)
     if not isinstance(region, tuple) or len(region) != grid.ndim:
-        raise IndexingError(f"region = {region!r}: give a tuple of {grid.ndim} slices, "
-                            f"e.g. {(slice(1, -1),) * grid.ndim}")
+        raise IndexingError(
+            f"region = {region!r}: give a tuple of {grid.ndim} slices, "
+            f"e.g. {(slice(1, -1),) * grid.ndim}"
+        )
     box = []
-    for a, (s, ax, c) in enumerate(zip(region, grid.axes, grid.coords)):
+    for a, (s, ax, c) in enumerate(zip(region, grid.axes, grid.coords, strict=True)):
         if not isinstance(s, slice) or s.step not in (None, 1):
-            raise IndexingError(f"region[{a}] = {s!r}: each entry must be a slice with unit "
-                                f"step; write slice(i, i + 1) for a single index")
+            raise IndexingError(
+                f"region[{a}] = {s!r}: each entry must be a slice with unit "
+                f"step; write slice(i, i + 1) for a single index"
+            )
         lo, hi, _ = s.indices(ax.size)
         if isinstance(faces[a][0], Keep):
             lo = max(lo, halo[a])
@@ -513,33 +561,39 @@ def run(
         if grid is None:
             grid = cart_grid(global_shape, dims, tuple(isinstance(f[0], Periodic) for f in faces))
         elif tuple(global_shape) != grid.global_shape:
-            raise ShapeMismatchError(f"global_shape = {tuple(global_shape)} but grid has "
-                                     f"{grid.global_shape}; pass the grid built for this shape")
+            raise ShapeMismatchError(
+                f"global_shape = {tuple(global_shape)} but grid has "
+                f"{grid.global_shape}; pass the grid built for this shape"
+            )
         halo = _halo_tuple(halo, grid.ndim)
+        pairs = list(zip(grid.local_shape, halo, strict=True))
+        ext = np.zeros([n + 2 * h for n, h in pairs], np.dtype(dtype))
+        core = ext[tuple(slice(h, h + n) for n, h in pairs)]
+        halo, faces = _checked(ext.shape, grid, halo, faces)
         if int(steps) != steps or steps < 0:
             raise PgasError(f"steps = {steps!r}: give a whole number >= 0")
         box = _update_box(grid, halo, faces, region)
-        full = all(s.stop - s.start == n for s, n in zip(box, grid.local_shape))
-        ext = np.zeros([n + 2 * h for n, h in zip(grid.local_shape, halo)], np.dtype(dtype))
-        core = ext[tuple(slice(h, h + n) for h, n in zip(halo, grid.local_shape))]
+        full = all(s.stop - s.start == n for s, (n, _) in zip(box, pairs, strict=True))
         values = init(*np.meshgrid(*local_coordinates(grid), indexing="ij"))
         try:
             core[...] = values
         except ValueError as err:
             raise ShapeMismatchError(
                 f"init returned shape {np.shape(values)} for a block of {grid.local_shape}: "
-                f"compute it elementwise from the index arrays it receives ({err})") from None
+                f"compute it elementwise from the index arrays it receives ({err})"
+            ) from None
         counter = MessageCounter()
         grid.comm.Barrier()
         start = MPI.Wtime()
         for step in range(int(steps)):
-            exchange_halo(ext, grid, halo, faces, counter)
+            _exchange(ext, grid, halo, faces, counter)
             new = np.asarray(kernel(ext))
             if step == 0 and new.shape != grid.local_shape:
                 raise ShapeMismatchError(
                     f"kernel returned shape {new.shape} on rank {grid.rank} for a block of "
                     f"{grid.local_shape} cells with halo {halo}; return the new values of the "
-                    f"local cells only, e.g. 0.5*e[1:-1] + 0.25*(e[:-2] + e[2:])")
+                    f"local cells only, e.g. 0.5*e[1:-1] + 0.25*(e[:-2] + e[2:])"
+                )
             if full:
                 core[...] = new
             else:
@@ -550,8 +604,13 @@ def run(
         counts = grid.comm.allgather((counter.messages // per, counter.bytes // per))
         field = gather(core, grid)
         return RunResult(
-            field=field, seconds=seconds, steps=int(steps),
-            messages_per_step=sum(m for m, _ in counts), bytes_per_step=sum(b for _, b in counts),
+            field=field,
+            seconds=seconds,
+            steps=int(steps),
+            messages_per_step=sum(m for m, _ in counts),
+            bytes_per_step=sum(b for _, b in counts),
             rank_messages_per_step=tuple(m for m, _ in counts),
             rank_bytes_per_step=tuple(b for _, b in counts),
-            grid=grid.describe(), dims=grid.dims)
+            grid=grid.describe(),
+            dims=grid.dims,
+        )

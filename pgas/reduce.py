@@ -1,18 +1,22 @@
 """Global reductions over the real cells of a global array.
 
 ``sum``, ``min``, ``max`` and ``mean`` ignore the padding cells of uneven
-layouts and compile to one all-reduce of a scalar per call (the local
-reduction runs on each device first). Use them inside a step or a snapshot
+layouts and compile to one all-reduce of a scalar per call: each device reduces
+its block, then one ``psum``/``pmin``/``pmax`` over all the array's mesh axes
+at once (left to the partitioner, a 2-D mesh would get one all-reduce per axis). Use them inside a step or a snapshot
 observer for diagnostics such as total heat or population.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import shard_map
+from jax.sharding import PartitionSpec
 
 from pgas.array import GlobalArray
 from pgas.errors import LayoutError
@@ -20,19 +24,29 @@ from pgas.errors import LayoutError
 __all__ = ["sum", "min", "max", "mean"]
 
 
-def _masked(array: GlobalArray, fill) -> jax.Array:
+def _reduce(array: GlobalArray, local: Callable, collective: Callable, fill) -> jax.Array:
+    """Reduce each device's real cells, then one collective over the array's mesh axes."""
     if not isinstance(array, GlobalArray):
         raise LayoutError(f"expected a pgas.GlobalArray, got {type(array).__name__}")
     lay = array.layout
-    if lay.even:
-        return array.data
-    blocks = lay.to_blocks(array.data)
-    mask = None
-    for axis in range(lay.ndim):
-        v = lay.valid(axis)
-        if v is not None:
-            mask = v if mask is None else mask & v
-    return jnp.where(mask, blocks, jnp.asarray(fill, array.dtype))
+    names = tuple(s for s in lay.spec if s is not None)
+
+    def per_device(block):
+        if not lay.even:
+            numbers = [jnp.zeros((), jnp.int32) if s is None else jax.lax.axis_index(s)
+                       for s in lay.spec]  # fmt: skip
+            mask = None
+            for axis in range(lay.ndim):
+                v = lay.valid(axis, numbers[axis])
+                if v is not None:
+                    mask = v if mask is None else mask & v
+            mask = mask.reshape(mask.shape[1::2])
+            block = jnp.where(mask, block, jnp.asarray(fill, block.dtype))
+        value = local(block)
+        return collective(value, names) if names else value
+
+    return shard_map(per_device, mesh=lay.mesh, in_specs=PartitionSpec(*lay.spec),
+                     out_specs=PartitionSpec())(array.data)  # fmt: skip
 
 
 def sum(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -42,7 +56,7 @@ def sum(array: GlobalArray) -> jax.Array:  # noqa: A001
     >>> pgas.sum(pgas.from_numpy(np.ones(5, np.uint8), pgas.make_mesh(devices=1)))
     Array(5, dtype=uint32)
     """
-    return jnp.sum(_masked(array, 0))
+    return _reduce(array, jnp.sum, jax.lax.psum, 0)
 
 
 def min(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -54,7 +68,7 @@ def min(array: GlobalArray) -> jax.Array:  # noqa: A001
     """
     dt = np.dtype(array.dtype)
     top = np.inf if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max)
-    return jnp.min(_masked(array, top))
+    return _reduce(array, jnp.min, jax.lax.pmin, top)
 
 
 def max(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -66,7 +80,7 @@ def max(array: GlobalArray) -> jax.Array:  # noqa: A001
     """
     dt = np.dtype(array.dtype)
     bottom = -np.inf if dt.kind == "f" else (False if dt.kind == "b" else np.iinfo(dt).min)
-    return jnp.max(_masked(array, bottom))
+    return _reduce(array, jnp.max, jax.lax.pmax, bottom)
 
 
 def mean(array: GlobalArray) -> jax.Array:

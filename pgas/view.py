@@ -248,10 +248,11 @@ def _static_int(x, what: str) -> int:
 def _normalize(key, shape) -> tuple[tuple, tuple, tuple]:
     """``(start, extent, kept)`` per axis of a basic index with unit steps."""
     key = key if isinstance(key, tuple) else (key,)
-    if sum(k is Ellipsis for k in key) > 1:
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]
+    if len(dots) > 1:
         raise IndexingError(f"index {key!r} has more than one '...'")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if dots:
+        i = dots[0]
         key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1 :]
     if len(key) > len(shape):
         raise IndexingError(f"index {key!r} has {len(key)} entries for a {len(shape)}-D array")
@@ -403,7 +404,8 @@ def _assign(array: GlobalArray, key, value) -> jax.Array:
     old = lay.to_blocks(array.data)
     new = value._eval(start, ext) if isinstance(value, View) else value
     new = jnp.asarray(new).astype(array.dtype)
-    mask = lay.window_mask(start, extent, needs.get(id(array), (None, [0] * lay.ndim))[1])
+    reach = [max([w[axis] for _, w in needs.values()], default=0) for axis in range(lay.ndim)]
+    mask = lay.window_mask(start, extent, reach)
     result = new if mask is None else jnp.where(mask, new, old)
     return lay.from_blocks(jnp.broadcast_to(result, old.shape))
 

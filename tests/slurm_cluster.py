@@ -22,8 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "local-slurm"
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 # Job states after which a job does not change any more.
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+FINAL_STATES = set(
+    "COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL "
+    "DEADLINE".split()
+)
 
 
 class ClusterError(RuntimeError):
@@ -40,19 +42,25 @@ def unavailable_reason() -> str | None:
         return "scripts/local-slurm needs root"
     if shutil.which("unshare") is None:
         return "unshare (util-linux) is missing"
-    query = subprocess.run(["dpkg-query", "-W", "-f=${Status}\n", *PACKAGES],
-                           capture_output=True, text=True) \
-        if shutil.which("dpkg-query") else None
-    installed = query is not None and query.returncode == 0 and \
-        query.stdout.count("install ok installed") == len(PACKAGES)
+    query = (
+        subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}\n", *PACKAGES], capture_output=True, text=True
+        )
+        if shutil.which("dpkg-query")
+        else None
+    )
+    installed = (
+        query is not None
+        and query.returncode == 0
+        and query.stdout.count("install ok installed") == len(PACKAGES)
+    )
     if not installed and shutil.which("apt-get") is None:
         return "Slurm packages are not installed and apt-get is unavailable"
     return None
 
 
 def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
 
 
 def is_running() -> bool:
@@ -77,8 +85,11 @@ def stop_cluster() -> None:
 def cluster_env(base: dict | None = None) -> dict:
     """`base` (default os.environ) with SLURM_CONF pointing at the local
     cluster and no Slurm variables inherited from an outer allocation."""
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+    }
     env["SLURM_CONF"] = str(state_dir() / "etc" / "slurm.conf")
     env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
     return env
@@ -87,8 +98,13 @@ def cluster_env(base: dict | None = None) -> dict:
 def job_state(job_id: str, env: dict | None = None) -> str | None:
     """Current state of a job (None if Slurm does not know it)."""
     env = cluster_env() if env is None else env
-    res = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env,
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     match = re.search(r"\bJobState=(\S+)", res.stdout)
     if match:
         return match.group(1)
@@ -100,14 +116,21 @@ def job_state(job_id: str, env: dict | None = None) -> str | None:
     return found[-1] if found else None
 
 
-def submit_and_wait(script_path, timeout: float = 120, env: dict | None = None,
-                    *, cwd=None, args: tuple = ()) -> tuple[str, str]:
+def submit_and_wait(
+    script_path, timeout: float = 120, env: dict | None = None, *, cwd=None, args: tuple = ()
+) -> tuple[str, str]:
     """sbatch `script_path` (extra sbatch options in `args`, run from `cwd`),
     wait until the job has ended and return (job_id, final state).  On
     timeout the job is cancelled and TimeoutError raised."""
     env = cluster_env() if env is None else env
-    res = subprocess.run(["sbatch", "--parsable", *args, str(script_path)], env=env,
-                         cwd=cwd, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["sbatch", "--parsable", *args, str(script_path)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if res.returncode != 0:
         raise ClusterError(f"sbatch failed: {res.stdout}{res.stderr}")
     job_id = res.stdout.strip().split(";")[0]

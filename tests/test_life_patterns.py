@@ -103,9 +103,7 @@ def test_every_builtin_has_a_picture():
     "alias", ["gosper", "glider-gun", "Gosper Glider Gun", "gosper_glider_gun", "GUN"]
 )
 def test_gun_aliases(alias):
-    np.testing.assert_array_equal(
-        P.load_pattern(alias), P.load_pattern("gosper-glider-gun")
-    )
+    np.testing.assert_array_equal(P.load_pattern(alias), P.load_pattern("gosper-glider-gun"))
 
 
 def test_block_is_still():
@@ -118,9 +116,7 @@ def test_oscillator_period(name, period):
     board = P.place((24, 24), P.load_pattern(name))
     boards = run(board, 2 * period)
     for g in range(1, period):
-        assert not np.array_equal(boards[g], board), (
-            f"{name} repeats after {g} < {period}"
-        )
+        assert not np.array_equal(boards[g], board), f"{name} repeats after {g} < {period}"
     np.testing.assert_array_equal(boards[period], board)
     np.testing.assert_array_equal(boards[2 * period], board)
 
@@ -134,17 +130,13 @@ def test_glider_moves_one_diagonal_cell_every_4_generations():
     board = P.place((16, 16), glider, at=(2, 3))
     boards = run(board, 12)
     for k in (1, 2, 3):
-        np.testing.assert_array_equal(
-            boards[4 * k], P.place((16, 16), glider, at=(2 + k, 3 + k))
-        )
+        np.testing.assert_array_equal(boards[4 * k], P.place((16, 16), glider, at=(2 + k, 3 + k)))
     assert all(int(b.sum()) == 5 for b in boards)
 
 
 def test_glider_wraps_around_the_torus():
     board = P.place((8, 8), P.load_pattern("glider"), at=(0, 0))
-    np.testing.assert_array_equal(
-        run(board, 32)[-1], board
-    )  # 8 cells diagonally = 32 gens
+    np.testing.assert_array_equal(run(board, 32)[-1], board)  # 8 cells diagonally = 32 gens
 
 
 def test_lwss_moves_two_cells_left_every_4_generations():
@@ -247,9 +239,7 @@ def test_parse_rule_optional_and_old_notation():
 
 
 def test_parse_short_rows_and_missing_rows_are_dead():
-    np.testing.assert_array_equal(
-        P.parse_rle("x = 4, y = 3\no!"), [[1, 0, 0, 0], [0] * 4, [0] * 4]
-    )
+    np.testing.assert_array_equal(P.parse_rle("x = 4, y = 3\no!"), [[1, 0, 0, 0], [0] * 4, [0] * 4])
 
 
 @pytest.mark.parametrize(

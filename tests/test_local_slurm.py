@@ -68,25 +68,33 @@ def cluster():
             slurm_cluster.stop_cluster()
 
 
+@pytest.mark.slow
 def test_jax_job_spans_two_nodes(cluster, tmp_path):
     script = tmp_path / "job.sh"
-    script.write_text("\n".join([
-        "#!/bin/bash",
-        "#SBATCH --job-name=pgas-jax-smoke",
-        "#SBATCH --nodes=2",
-        "#SBATCH --ntasks-per-node=2",
-        "#SBATCH --time=00:05:00",
-        f"#SBATCH --output={tmp_path}/slurm-%j.out",
-        "set -e",
-        f"srun --mpi=pmi2 {shlex.quote(sys.executable)} -c {shlex.quote(JOB_CODE)} "
-        f"{shlex.quote(str(tmp_path))}",
-    ]) + "\n")
+    script.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "#SBATCH --job-name=pgas-jax-smoke",
+                "#SBATCH --nodes=2",
+                "#SBATCH --ntasks-per-node=2",
+                "#SBATCH --time=00:05:00",
+                f"#SBATCH --output={tmp_path}/slurm-%j.out",
+                "set -e",
+                f"srun --mpi=pmi2 {shlex.quote(sys.executable)} -c {shlex.quote(JOB_CODE)} "
+                f"{shlex.quote(str(tmp_path))}",
+            ]
+        )
+        + "\n"
+    )
     t0 = time.monotonic()
-    job_id, state = slurm_cluster.submit_and_wait(script, timeout=180, env=cluster,
-                                                  cwd=tmp_path)
+    job_id, state = slurm_cluster.submit_and_wait(script, timeout=180, env=cluster, cwd=tmp_path)
     elapsed = time.monotonic() - t0
-    output = (tmp_path / f"slurm-{job_id}.out").read_text(errors="replace") \
-        if (tmp_path / f"slurm-{job_id}.out").exists() else "(no output file)"
+    output = (
+        (tmp_path / f"slurm-{job_id}.out").read_text(errors="replace")
+        if (tmp_path / f"slurm-{job_id}.out").exists()
+        else "(no output file)"
+    )
     print(f"job {job_id}: {state} {elapsed:.1f} s from submit to done")
     assert state == "COMPLETED", f"job {job_id} ended {state}:\n{output}"
 

@@ -34,8 +34,11 @@ RANKS = (1, 2, 4)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM"))
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
@@ -44,32 +47,116 @@ def _env(**extra: str) -> dict[str, str]:
 def cases_for(p: int) -> list[dict]:
     """The cases of the launch with ``p`` ranks."""
     cases = [
-        dict(name="heat_f32_keep", kernel="heat", shape=[1001], dtype="float32", steps=60,
-             halo=1, boundary="keep"),
-        dict(name="heat_f64_keep", kernel="heat", shape=[1001], dtype="float64", steps=60,
-             halo=1, boundary="keep"),
-        dict(name="heat_f32_zero_steps", kernel="heat", shape=[1001], dtype="float32", steps=0,
-             halo=1, boundary="keep"),
-        dict(name="heat_dirichlet_neumann", kernel="heat", shape=[1001], dtype="float64",
-             steps=40, halo=1, boundary=[[{"dirichlet": 0.25}, "neumann"]]),
-        dict(name="heat_region_half", kernel="heat", shape=[1001], dtype="float64", steps=40,
-             halo=1, boundary="neumann", region=[[3, 500]]),
-        dict(name="life_torus", kernel="life", shape=[37, 53], dtype="uint8", steps=30, halo=1,
-             boundary="periodic"),
-        dict(name="lap3d_dirichlet_neumann_keep", kernel="lap3d", shape=[9, 10, 11],
-             dtype="float64", steps=20, halo=1,
-             boundary=[[{"dirichlet": 1.0}, "neumann"], "neumann", [{"dirichlet": 0.0}, "keep"]]),
-        dict(name="lap3d_mixed_periodic", kernel="lap3d", shape=[9, 10, 11], dtype="float32",
-             steps=20, halo=1, boundary=["periodic", {"dirichlet": 0.5}, "periodic"]),
-        dict(name="wide_neumann_dirichlet", kernel="wide", shape=[203], dtype="float64",
-             steps=30, halo=2, boundary=[["neumann", {"dirichlet": 1.0}]]),
-        dict(name="wide_periodic", kernel="wide", shape=[203], dtype="float64", steps=30,
-             halo=2, boundary="periodic"),
-        dict(name="wide_keep", kernel="wide", shape=[203], dtype="float32", steps=30, halo=2,
-             boundary="keep"),
-        dict(name="aniso_region", kernel="aniso", shape=[23, 19], dtype="float64", steps=15,
-             halo=[2, 1], boundary=["periodic", [{"dirichlet": 2.0}, "keep"]],
-             region=[[1, None], [None, -2]]),
+        dict(
+            name="heat_f32_keep",
+            kernel="heat",
+            shape=[1001],
+            dtype="float32",
+            steps=60,
+            halo=1,
+            boundary="keep",
+        ),
+        dict(
+            name="heat_f64_keep",
+            kernel="heat",
+            shape=[1001],
+            dtype="float64",
+            steps=60,
+            halo=1,
+            boundary="keep",
+        ),
+        dict(
+            name="heat_f32_zero_steps",
+            kernel="heat",
+            shape=[1001],
+            dtype="float32",
+            steps=0,
+            halo=1,
+            boundary="keep",
+        ),
+        dict(
+            name="heat_dirichlet_neumann",
+            kernel="heat",
+            shape=[1001],
+            dtype="float64",
+            steps=40,
+            halo=1,
+            boundary=[[{"dirichlet": 0.25}, "neumann"]],
+        ),
+        dict(
+            name="heat_region_half",
+            kernel="heat",
+            shape=[1001],
+            dtype="float64",
+            steps=40,
+            halo=1,
+            boundary="neumann",
+            region=[[3, 500]],
+        ),
+        dict(
+            name="life_torus",
+            kernel="life",
+            shape=[37, 53],
+            dtype="uint8",
+            steps=30,
+            halo=1,
+            boundary="periodic",
+        ),
+        dict(
+            name="lap3d_dirichlet_neumann_keep",
+            kernel="lap3d",
+            shape=[9, 10, 11],
+            dtype="float64",
+            steps=20,
+            halo=1,
+            boundary=[[{"dirichlet": 1.0}, "neumann"], "neumann", [{"dirichlet": 0.0}, "keep"]],
+        ),
+        dict(
+            name="lap3d_mixed_periodic",
+            kernel="lap3d",
+            shape=[9, 10, 11],
+            dtype="float32",
+            steps=20,
+            halo=1,
+            boundary=["periodic", {"dirichlet": 0.5}, "periodic"],
+        ),
+        dict(
+            name="wide_neumann_dirichlet",
+            kernel="wide",
+            shape=[203],
+            dtype="float64",
+            steps=30,
+            halo=2,
+            boundary=[["neumann", {"dirichlet": 1.0}]],
+        ),
+        dict(
+            name="wide_periodic",
+            kernel="wide",
+            shape=[203],
+            dtype="float64",
+            steps=30,
+            halo=2,
+            boundary="periodic",
+        ),
+        dict(
+            name="wide_keep",
+            kernel="wide",
+            shape=[203],
+            dtype="float32",
+            steps=30,
+            halo=2,
+            boundary="keep",
+        ),
+        dict(
+            name="aniso_region",
+            kernel="aniso",
+            shape=[23, 19],
+            dtype="float64",
+            steps=15,
+            halo=[2, 1],
+            boundary=["periodic", [{"dirichlet": 2.0}, "keep"]],
+            region=[[1, None], [None, -2]],
+        ),
     ]
     if p > 1:
         for dims in ([1, p], [p, 1]):
@@ -82,18 +169,22 @@ def cases_for(p: int) -> list[dict]:
 @functools.cache
 def launch(p: int) -> tuple[dict, dict]:
     """Run every case with ``p`` ranks once; return (fields, meta)."""
-    out = tempfile.mkdtemp(prefix=f"pgas_mpi_{p}_")
-    cases_file = os.path.join(out, "cases.json")
-    with open(cases_file, "w") as f:
-        json.dump(cases_for(p), f)
-    proc = subprocess.run(
-        [str(MPIEXEC), "-n", str(p), sys.executable, str(SCRIPT), cases_file, out],
-        env=_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"mpiexec -n {p} failed:\n{proc.stdout}\n{proc.stderr}"
-    with np.load(os.path.join(out, "fields.npz")) as z:
-        fields = {k: z[k] for k in z.files}
-    with open(os.path.join(out, "meta.json")) as f:
-        meta = json.load(f)
+    with tempfile.TemporaryDirectory(prefix=f"pgas_mpi_{p}_") as out:
+        cases_file = os.path.join(out, "cases.json")
+        with open(cases_file, "w") as f:
+            json.dump(cases_for(p), f)
+        proc = subprocess.run(
+            [str(MPIEXEC), "-n", str(p), sys.executable, str(SCRIPT), cases_file, out],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, f"mpiexec -n {p} failed:\n{proc.stdout}\n{proc.stderr}"
+        with np.load(os.path.join(out, "fields.npz")) as z:
+            fields = {k: z[k] for k in z.files}
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
     assert meta["size"] == p
     return fields, meta["cases"]
 
@@ -112,8 +203,9 @@ def _pad(u, axis, width, lo, hi):
     if width == 0:
         return u
     if lo == "periodic":
-        return np.pad(u, [(width, width) if b == axis else (0, 0) for b in range(u.ndim)],
-                      mode="wrap")
+        return np.pad(
+            u, [(width, width) if b == axis else (0, 0) for b in range(u.ndim)], mode="wrap"
+        )
     for spec, pw in ((lo, (width, 0)), (hi, (0, width))):
         w = [pw if b == axis else (0, 0) for b in range(u.ndim)]
         if isinstance(spec, dict):
@@ -126,8 +218,9 @@ def _pad(u, axis, width, lo, hi):
 def reference(case: dict) -> np.ndarray:
     """Single-process NumPy loop: pad by the boundary, same kernel, masked update."""
     shape, steps = tuple(case["shape"]), case["steps"]
-    u = np.asarray(sc.INITS[case["kernel"]](*np.meshgrid(*map(np.arange, shape),
-                                                          indexing="ij"))).astype(case["dtype"])
+    u = np.asarray(
+        sc.INITS[case["kernel"]](*np.meshgrid(*map(np.arange, shape), indexing="ij"))
+    ).astype(case["dtype"])
     halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * len(shape)
     faces = _faces(case["boundary"], len(shape))
     mask = np.zeros(shape, bool)
@@ -161,8 +254,12 @@ def heat_seed(u: np.ndarray, steps: int) -> np.ndarray:
 
 def life_roll(u: np.ndarray, steps: int) -> np.ndarray:
     for _ in range(steps):
-        n = sum(np.roll(np.roll(u, di, 0), dj, 1)
-                for di in (-1, 0, 1) for dj in (-1, 0, 1) if (di, dj) != (0, 0))
+        n = sum(
+            np.roll(np.roll(u, di, 0), dj, 1)
+            for di in (-1, 0, 1)
+            for dj in (-1, 0, 1)
+            if (di, dj) != (0, 0)
+        )
         u = ((n == 3) | ((u == 1) & (n == 2))).astype(np.uint8)
     return u
 
@@ -225,8 +322,12 @@ def test_counts_by_hand():
     life4 = launch(4)[1]["life_torus"]  # dims (2, 2), blocks (19, 18) x (27, 26), uint8
     assert life4["dims"] == [2, 2]
     assert life4["rank_messages_per_step"] == [4, 4, 4, 4]
-    assert life4["rank_bytes_per_step"] == [2 * 27 + 2 * 21, 2 * 26 + 2 * 21,
-                                            2 * 27 + 2 * 20, 2 * 26 + 2 * 20]
+    assert life4["rank_bytes_per_step"] == [
+        2 * 27 + 2 * 21,
+        2 * 26 + 2 * 21,
+        2 * 27 + 2 * 20,
+        2 * 26 + 2 * 20,
+    ]
     life2 = launch(2)[1]["life_torus_dims_1x2"]  # axis 0 copied locally; 2 ranks, both sides
     assert life2["rank_messages_per_step"] == [2, 2]
     assert life2["rank_bytes_per_step"] == [2 * 39, 2 * 39]
@@ -238,9 +339,13 @@ def test_counts_by_hand():
 @pytest.mark.parametrize("p", RANKS)
 def test_errors(p):
     errors = launch(p)[1]["errors"]
-    want = {"dims_mismatch": "DeviceCountError", "halo_too_wide": "HaloError",
-            "periodic_mismatch": "LayoutError", "bad_ext_shape": "ShapeMismatchError",
-            "bad_op": "PgasError"}
+    want = {
+        "dims_mismatch": "DeviceCountError",
+        "halo_too_wide": "HaloError",
+        "periodic_mismatch": "LayoutError",
+        "bad_ext_shape": "ShapeMismatchError",
+        "bad_op": "PgasError",
+    }
     if p > 1:
         want["too_few_cells"] = "LayoutError"
     else:
@@ -257,17 +362,39 @@ def test_errors(p):
 @pytest.mark.parametrize("p", RANKS)
 def test_allreduce(p):
     red = launch(p)[1]["reduce"]
-    assert red == {"sum": [p * (p + 1) / 2, "float32"], "min": [1.0, "float32"],
-                   "max": [float(p), "float32"]}
+    assert red == {
+        "sum": [p * (p + 1) / 2, "float32"],
+        "min": [1.0, "float32"],
+        "max": [float(p), "float32"],
+    }
 
 
 def test_exception_on_one_rank_ends_the_run(tmp_path):
     cases = tmp_path / "cases.json"
-    cases.write_text(json.dumps([dict(name="fail", kind="fail", kernel="heat", shape=[101],
-                                      dtype="float64", steps=50, halo=1, boundary="keep")]))
+    cases.write_text(
+        json.dumps(
+            [
+                dict(
+                    name="fail",
+                    kind="fail",
+                    kernel="heat",
+                    shape=[101],
+                    dtype="float64",
+                    steps=50,
+                    halo=1,
+                    boundary="keep",
+                )
+            ]
+        )
+    )
     start = time.monotonic()
-    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(SCRIPT), str(cases),
-                           str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [str(MPIEXEC), "-n", "2", sys.executable, str(SCRIPT), str(cases), str(tmp_path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert time.monotonic() - start < 30
     assert proc.returncode != 0
     assert "rank 1 of 2 failed" in proc.stderr
@@ -276,15 +403,18 @@ def test_exception_on_one_rank_ends_the_run(tmp_path):
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=_env(**env), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=_env(**env), capture_output=True, text=True, timeout=60
+    )
 
 
 def test_require_launcher():
-    code = ("import sys; sys.argv = ['heat.py', '--n', '64']\n"
-            "from pgas.mpi import require_launcher\n"
-            "require_launcher(1)\n"
-            "require_launcher(4)\n")
+    code = (
+        "import sys; sys.argv = ['heat.py', '--n', '64']\n"
+        "from pgas.mpi import require_launcher\n"
+        "require_launcher(1)\n"
+        "require_launcher(4)\n"
+    )
     proc = _python(code)
     assert proc.returncode != 0
     assert "DeviceCountError" in proc.stderr

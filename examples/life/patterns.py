@@ -257,12 +257,10 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
         break
     if header_index is None:
         raise RLEError(
-            f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern starts (after '#' comment "
-            f"lines) with 'x = W, y = H, rule = B3/S23'; add the header"
+            f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
+            f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
         )
-    height, width = _parse_header(
-        lines[header_index], f"{source}, line {header_index + 1}"
-    )
+    height, width = _parse_header(lines[header_index], f"{source}, line {header_index + 1}")
     board = np.zeros((height, width), dtype=np.uint8)
 
     row = col = 0
@@ -327,9 +325,7 @@ def _wrap(tokens: Iterable[str], width: int = 70) -> list[str]:
     return lines
 
 
-def to_rle(
-    board: np.ndarray, *, name: str | None = None, comments: Sequence[str] = ()
-) -> str:
+def to_rle(board: np.ndarray, *, name: str | None = None, comments: Sequence[str] = ()) -> str:
     """Write a board in RLE format (the inverse of :func:`parse_rle`).
 
     Trailing dead cells of a row and trailing empty rows are omitted; the
@@ -420,9 +416,7 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
                 f"pattern file {text!r} does not exist; give the path of an existing .rle "
                 f"file, or a built-in name: {', '.join(builtin_names())}"
             )
-        return parse_rle(
-            path.read_text(encoding="utf-8", errors="replace"), source=text
-        )
+        return parse_rle(path.read_text(encoding="utf-8", errors="replace"), source=text)
     key = _canonical(text)
     if key not in BUILTIN_PATTERNS:
         raise UnknownPatternError(
@@ -432,12 +426,11 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
     return parse_rle(BUILTIN_PATTERNS[key], source=f"<built-in {key}>")
 
 
-def _board_shape(
-    shape: object, parameter: str, error: type[PatternError]
-) -> tuple[int, int]:
+def _board_shape(shape: object, parameter: str, error: type[PatternError]) -> tuple[int, int]:
     try:
-        dims = tuple(int(d) for d in shape)  # type: ignore[attr-defined]
-        ok = len(dims) == 2 and all(d > 0 and d == s for d, s in zip(dims, shape))  # type: ignore[call-overload]
+        given = tuple(shape)  # type: ignore[call-overload]
+        dims = tuple(int(d) for d in given)
+        ok = len(dims) == 2 and all(d > 0 and d == g for d, g in zip(dims, given, strict=True))
     except (TypeError, ValueError):
         ok = False
     if not ok:
@@ -508,9 +501,7 @@ def place(
     return board
 
 
-def random_board(
-    shape: tuple[int, int], density: float, seed: int | None = 0
-) -> np.ndarray:
+def random_board(shape: tuple[int, int], density: float, seed: int | None = 0) -> np.ndarray:
     """A board whose cells are alive independently with probability ``density``.
 
     Args:
@@ -536,8 +527,7 @@ def random_board(
         p = math.nan
     if not 0.0 <= p <= 1.0:
         raise DensityError(
-            f"density = {density!r} is outside [0, 1]; give the fraction of live cells, "
-            f"e.g. 0.3"
+            f"density = {density!r} is outside [0, 1]; give the fraction of live cells, e.g. 0.3"
         )
     rng = np.random.default_rng(seed)
     return (rng.random(dims) < p).astype(np.uint8)

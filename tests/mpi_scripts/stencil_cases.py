@@ -24,16 +24,27 @@ def heat(e):
 
 def life(e):
     c = e[1:-1, 1:-1]
-    n = (e[:-2, :-2] + e[:-2, 1:-1] + e[:-2, 2:] + e[1:-1, :-2] + e[1:-1, 2:]
-         + e[2:, :-2] + e[2:, 1:-1] + e[2:, 2:])
+    n = (
+        e[:-2, :-2]
+        + e[:-2, 1:-1]
+        + e[:-2, 2:]
+        + e[1:-1, :-2]
+        + e[1:-1, 2:]
+        + e[2:, :-2]
+        + e[2:, 1:-1]
+        + e[2:, 2:]
+    )
     return ((n == 3) | ((c == 1) & (n == 2))).astype(c.dtype)
 
 
 def lap3d(e):
     c = e[1:-1, 1:-1, 1:-1]
-    return c + 0.1 * ((e[:-2, 1:-1, 1:-1] + e[2:, 1:-1, 1:-1])
-                      + (e[1:-1, :-2, 1:-1] + e[1:-1, 2:, 1:-1])
-                      + (e[1:-1, 1:-1, :-2] + e[1:-1, 1:-1, 2:]) - 6 * c)
+    return c + 0.1 * (
+        (e[:-2, 1:-1, 1:-1] + e[2:, 1:-1, 1:-1])
+        + (e[1:-1, :-2, 1:-1] + e[1:-1, 2:, 1:-1])
+        + (e[1:-1, 1:-1, :-2] + e[1:-1, 1:-1, 2:])
+        - 6 * c
+    )
 
 
 def wide(e):
@@ -43,8 +54,12 @@ def wide(e):
 
 def aniso(e):  # halo (2, 1), with corner terms
     c = e[2:-2, 1:-1]
-    return c + 0.05 * ((e[:-4, 1:-1] + e[4:, 1:-1]) + (e[2:-2, :-2] + e[2:-2, 2:])
-                       + (e[:-4, :-2] + e[4:, 2:]) - 6 * c)
+    return c + 0.05 * (
+        (e[:-4, 1:-1] + e[4:, 1:-1])
+        + (e[2:-2, :-2] + e[2:-2, 2:])
+        + (e[:-4, :-2] + e[4:, 2:])
+        - 6 * c
+    )
 
 
 KERNELS = {"heat": heat, "life": life, "lap3d": lap3d, "wide": wide, "aniso": aniso}
@@ -67,8 +82,10 @@ def parse_boundary(spec):
         return {"periodic": Periodic, "keep": Keep, "neumann": Neumann}[spec]()
     if isinstance(spec, dict):
         return Dirichlet(spec["dirichlet"])
-    return [parse_boundary(s) if not isinstance(s, list) else tuple(map(parse_boundary, s))
-            for s in spec]
+    return [
+        parse_boundary(s) if not isinstance(s, list) else tuple(map(parse_boundary, s))
+        for s in spec
+    ]
 
 
 def parse_region(spec):
@@ -102,10 +119,18 @@ def error_checks(pm, size):
         checks["too_few_cells"] = lambda: pm.cart_grid((size - 1,))
     else:  # run() re-raises only with one rank (with more it aborts)
         checks["region_step"] = lambda: pm.run(
-            heat, INITS["heat"], (10,), "float64", 1, 1, parse_boundary("keep"),
-            region=(slice(0, None, 2),))
+            heat,
+            INITS["heat"],
+            (10,),
+            "float64",
+            1,
+            1,
+            parse_boundary("keep"),
+            region=(slice(0, None, 2),),
+        )
         checks["kernel_shape"] = lambda: pm.run(
-            lambda e: e, INITS["heat"], (10,), "float64", 1, 1, parse_boundary("keep"))
+            lambda e: e, INITS["heat"], (10,), "float64", 1, 1, parse_boundary("keep")
+        )
     out = {}
     for name, call in checks.items():
         try:
@@ -134,9 +159,11 @@ def main() -> None:
                 continue
             if kind == "reduce":
                 v = np.float32(world.rank + 1)
-                meta[case["name"]] = {op: [float(r), type(r).__name__]
-                                      for op in ("sum", "min", "max")
-                                      for r in [pm.allreduce(v, op)]}
+                meta[case["name"]] = {
+                    op: [float(r), type(r).__name__]
+                    for op in ("sum", "min", "max")
+                    for r in [pm.allreduce(v, op)]
+                }
                 continue
             kernel = KERNELS[case["kernel"]]
             if kind == "fail":
@@ -147,9 +174,18 @@ def main() -> None:
                     if world.rank == 1 and calls[0] == 3:
                         raise RuntimeError("deliberate failure on rank 1 at step 3")
                     return _k(e)
-            res = pm.run(kernel, INITS[case["kernel"]], tuple(case["shape"]), case["dtype"],
-                         case["steps"], case["halo"], parse_boundary(case["boundary"]),
-                         region=parse_region(case.get("region")), dims=case.get("dims"))
+
+            res = pm.run(
+                kernel,
+                INITS[case["kernel"]],
+                tuple(case["shape"]),
+                case["dtype"],
+                case["steps"],
+                case["halo"],
+                parse_boundary(case["boundary"]),
+                region=parse_region(case.get("region")),
+                dims=case.get("dims"),
+            )
             if world.rank == 0:
                 fields[case["name"]] = res.field
             meta[case["name"]] = {
@@ -157,7 +193,9 @@ def main() -> None:
                 "bytes_per_step": res.bytes_per_step,
                 "rank_messages_per_step": list(res.rank_messages_per_step),
                 "rank_bytes_per_step": list(res.rank_bytes_per_step),
-                "dims": list(res.dims), "seconds": res.seconds, "grid": res.grid,
+                "dims": list(res.dims),
+                "seconds": res.seconds,
+                "grid": res.grid,
             }
         if world.rank == 0:
             np.savez(os.path.join(out_dir, "fields.npz"), **fields)

@@ -1,0 +1,32 @@
+"""NumPy references and HLO helpers shared by the tests."""
+
+import numpy as np
+
+NEIGHBOURS_2D = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)]
+
+
+def heat_numpy(u: np.ndarray, steps: int) -> np.ndarray:
+    """The seed scheme, edges fixed, in the array's own dtype."""
+    u = u.copy()
+    half, quarter = u.dtype.type(0.5), u.dtype.type(0.25)
+    for _ in range(steps):
+        u[1:-1] = half * u[1:-1] + quarter * (u[:-2] + u[2:])
+    return u
+
+
+def life_numpy(b: np.ndarray, steps: int) -> np.ndarray:
+    """B3/S23 on a torus."""
+    for _ in range(steps):
+        n = sum(np.roll(np.roll(b, dy, 0), dx, 1) for dy, dx in NEIGHBOURS_2D)
+        b = ((n == 3) | ((b == 1) & (n == 2))).astype(b.dtype)
+    return b
+
+
+def heat3d_numpy(u: np.ndarray, steps: int) -> np.ndarray:
+    u = u.copy()
+    c, w = u.dtype.type(0.25), u.dtype.type(0.125)
+    for _ in range(steps):
+        s = (u[:-2, 1:-1, 1:-1] + u[2:, 1:-1, 1:-1] + u[1:-1, :-2, 1:-1]
+             + u[1:-1, 2:, 1:-1] + u[1:-1, 1:-1, :-2] + u[1:-1, 1:-1, 2:])  # fmt: skip
+        u[1:-1, 1:-1, 1:-1] = c * u[1:-1, 1:-1, 1:-1] + w * s
+    return u

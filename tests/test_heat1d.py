@@ -1,0 +1,89 @@
+"""1-D heat: bitwise against NumPy, ideal halo traffic, every form a user writes."""
+
+import numpy as np
+import pytest
+from helpers import heat_numpy
+from stencils import heat
+
+import pgas
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_heat_2pow20_on_8_devices(dtype):
+    x0 = np.random.default_rng(0).random(2**20).astype(dtype)
+    u = pgas.from_numpy(x0, pgas.make_mesh(("x",)), boundary=pgas.Keep())
+    report = pgas.comm_report(heat, u)
+    assert report.count("all-gather") == 0
+    assert report.count("all-to-all") == 0
+    assert report.count("all-reduce") == 0
+    assert report.count("collective-permute") == 2
+    assert report.bytes("collective-permute") == report.ideal_bytes == 2 * np.dtype(dtype).itemsize
+    assert report.ratio == 1.0
+    out = pgas.run(heat, u, steps=10).to_numpy()
+    np.testing.assert_array_equal(out, heat_numpy(x0, 10))
+
+
+@pytest.mark.parametrize("n, devices", [(1_000_003, 8), (1026, 8), (1026, 3), (17, 8), (5, 1)])
+def test_uneven_sizes_bitwise(n, devices):
+    x0 = np.random.default_rng(n).random(n).astype(np.float32)
+    u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=devices))
+    steps = 3 if n > 10**5 else 25
+    np.testing.assert_array_equal(pgas.run(heat, u, steps).to_numpy(), heat_numpy(x0, steps))
+    report = pgas.comm_report(heat, pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=devices)))
+    assert report.gathers == 0 and report.ratio == 1.0
+
+
+def test_loop_program_has_halo_permutes_in_body():
+    u = pgas.from_numpy(np.zeros(4096, np.float32), pgas.make_mesh(("x",)))
+    report = pgas.comm_report(heat, u, loop=True)
+    assert report.count("collective-permute") == 2 and report.gathers == 0
+    assert report.bytes("collective-permute") == 8
+
+
+def test_functional_forms_agree():
+    x0 = np.random.default_rng(1).random(1000).astype(np.float32)
+    mesh = pgas.make_mesh(("x",))
+
+    def at_set(u):
+        return u.at[1:-1].set(0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:]))
+
+    def returned_expression(u):  # whole-array form with the Keep boundary holding the edges
+        return 0.5 * u + 0.25 * (pgas.shift(u, 1) + pgas.shift(u, -1))
+
+    expected = heat_numpy(x0, 7)
+    for step in (at_set, returned_expression):
+        u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+        np.testing.assert_array_equal(pgas.run(step, u, 7).to_numpy(), expected)
+        report = pgas.comm_report(step, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()))
+        assert report.gathers == 0 and report.ratio == 1.0
+
+
+def test_eager_assignment_outside_jit():
+    x0 = np.arange(10.0, dtype=np.float32) ** 2
+    u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=4))
+    heat(u)
+    np.testing.assert_array_equal(u.to_numpy(), heat_numpy(x0, 1))
+
+
+def test_fourth_order_stencil_halo_2():
+    x0 = np.random.default_rng(2).random(999)
+    u = pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2)
+
+    def step(u):
+        u[2:-2] = 0.5 * u[2:-2] + 0.125 * (u[1:-3] + u[3:-1]) + 0.125 * (u[:-4] + u[4:])
+        return u
+
+    ref = x0.copy()
+    for _ in range(5):
+        ref[2:-2] = 0.5 * ref[2:-2] + 0.125 * (ref[1:-3] + ref[3:-1]) + 0.125 * (ref[:-4] + ref[4:])
+    np.testing.assert_array_equal(pgas.run(step, u, 5).to_numpy(), ref)
+    report = pgas.comm_report(step, pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2))
+    assert report.count("collective-permute") == 2 and report.ideal_bytes == 2 * 2 * 8
+    assert report.ratio == 1.0
+
+
+def test_shardy_annotations_on_request():
+    u = pgas.from_numpy(np.zeros(64, np.float32), pgas.make_mesh(("x",)))
+    text = pgas.comm_report(heat, u, shardy=True).stablehlo
+    assert "sdy.mesh" in text and "sdy.sharding" in text
+    assert "ratio 1.00" in str(pgas.comm_report(heat, u))

@@ -1,0 +1,69 @@
+"""Compiled loops: snapshots, chunks with callbacks, several fields, reductions."""
+
+import numpy as np
+from helpers import heat_numpy
+from stencils import heat
+
+import pgas
+
+
+def test_snapshots_and_observe():
+    x0 = np.random.default_rng(11).random(300).astype(np.float32)
+    mesh = pgas.make_mesh(("x",))
+    u, snaps = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), 20,
+                        snapshot_every=5)  # fmt: skip
+    fields = snaps.to_numpy()
+    assert fields.shape == (4, 300)
+    for i in range(4):
+        np.testing.assert_array_equal(fields[i], heat_numpy(x0, 5 * (i + 1)))
+    _, totals = pgas.run(heat, pgas.from_numpy(x0, mesh), 20, snapshot_every=10, observe=pgas.sum)
+    np.testing.assert_allclose(np.asarray(totals), [heat_numpy(x0, 10).sum(), heat_numpy(x0, 20).sum()],
+                               rtol=1e-5)  # fmt: skip
+
+
+def test_chunks_call_back_between_compiled_chunks():
+    x0 = np.random.default_rng(12).random(100).astype(np.float32)
+    seen = []
+    u = pgas.run(heat, pgas.from_numpy(x0, pgas.make_mesh(("x",))), 25, chunk=10,
+                 callback=lambda done, s: seen.append((done, s.to_numpy()[50])))  # fmt: skip
+    assert [d for d, _ in seen] == [10, 20, 25]
+    np.testing.assert_array_equal(u.to_numpy(), heat_numpy(x0, 25))
+    assert seen[-1][1] == heat_numpy(x0, 25)[50]
+
+
+def test_pytree_of_fields_reaction_diffusion():
+    mesh = pgas.make_mesh(("x",), devices=4)
+    a0 = np.random.default_rng(13).random(64)
+    b0 = np.random.default_rng(14).random(64)
+
+    def step(s):
+        a, b = s["a"], s["b"]
+        a[1:-1] = a[1:-1] + 0.125 * (a[:-2] + a[2:] - 2 * a[1:-1]) - 0.0625 * b[1:-1]
+        b[1:-1] = b[1:-1] + 0.0625 * a[1:-1]
+        return {"a": a, "b": b}
+
+    s = pgas.run(step, {"a": pgas.from_numpy(a0, mesh), "b": pgas.from_numpy(b0, mesh)}, 5)
+    a, b = a0.copy(), b0.copy()
+    for _ in range(5):
+        a[1:-1] = a[1:-1] + 0.125 * (a[:-2] + a[2:] - 2 * a[1:-1]) - 0.0625 * b[1:-1]
+        b[1:-1] = b[1:-1] + 0.0625 * a[1:-1]
+    np.testing.assert_array_equal(s["a"].to_numpy(), a)
+    np.testing.assert_array_equal(s["b"].to_numpy(), b)
+
+
+def test_reductions_ignore_padding():
+    x = np.random.default_rng(15).standard_normal((13, 7))
+    u = pgas.from_numpy(x, pgas.make_mesh(("y", "x"), shape=(4, 2)))
+    np.testing.assert_allclose(float(pgas.sum(u)), x.sum(), rtol=1e-12)
+    assert float(pgas.min(u)) == x.min() and float(pgas.max(u)) == x.max()
+    np.testing.assert_allclose(float(pgas.mean(u)), x.mean(), rtol=1e-12)
+    for fn in (pgas.sum, pgas.min, pgas.max):
+        report = pgas.comm_report(fn, u)
+        assert report.count("all-reduce") == 1 and report.gathers == 0
+
+
+def test_zero_steps_and_from_function():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    u = pgas.from_function(lambda i, j: 10 * i + j, (5, 3), mesh, dtype=np.int32)
+    np.testing.assert_array_equal(pgas.run(heat, u, 0).to_numpy(), 10 * np.arange(5)[:, None] + np.arange(3))
+    assert pgas.full((3,), 7, mesh, dtype=np.uint8).to_numpy().tolist() == [7, 7, 7]
