@@ -63,6 +63,12 @@ class Collective:
     pairs: str
     per_step: bool
 
+    @property
+    def messages(self) -> int:
+        """Messages all devices together send (collective-permute: its pairs, self excluded)."""
+        pairs = re.findall(r"\{(\d+),(\d+)\}", self.pairs)
+        return sum(a != b for a, b in pairs)
+
 
 def _array_bytes(text: str) -> tuple[str, int]:
     m = _ARRAY.search(text)
@@ -165,6 +171,16 @@ class CommReport:
     def bytes(self, kind: str | None = None) -> int:
         """Bytes one device sends per step (all kinds, or one)."""
         return sum(c.bytes for c in self.per_step if kind in (None, c.kind))
+
+    @property
+    def messages_total(self) -> int:
+        """Halo messages all devices together send per step (as MPI would count them)."""
+        return sum(c.messages for c in self.per_step if c.kind == "collective-permute")
+
+    @property
+    def bytes_total(self) -> int:
+        """Halo bytes all devices together send per step."""
+        return sum(c.messages * c.bytes for c in self.per_step if c.kind == "collective-permute")
 
     @property
     def ideal_bytes(self) -> int:

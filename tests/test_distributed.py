@@ -20,7 +20,9 @@ import common  # noqa: E402
 from pgas import distributed  # noqa: E402
 
 pytest.importorskip("mpi4py")
-needs_mpiexec = pytest.mark.skipif(not common.MPIEXEC.exists(), reason="no mpiexec (pip install mpich)")
+needs_mpiexec = pytest.mark.skipif(
+    not common.MPIEXEC.exists(), reason="no mpiexec next to python; pip install mpich"
+)
 
 STEPS = 40
 
@@ -54,13 +56,18 @@ def test_single_process_starts_nothing_and_is_idempotent(monkeypatch):
     assert "1 process(es)" in text and "process 0:" in text
 
 
-def test_unknown_launcher_is_named():
+@pytest.fixture
+def fresh():
+    """Run initialize as if not yet called (restores the saved Info afterwards)."""
+    saved = distributed._INFO
+    distributed._INFO = None
+    yield
+    distributed._INFO = saved
+
+
+def test_unknown_launcher_is_named(fresh):
     with pytest.raises(distributed.LauncherError, match="PGAS_LAUNCHER"):
-        distributed._INFO, saved = None, distributed._INFO  # noqa: F841
-        try:
-            distributed.initialize(method="pbs")
-        finally:
-            distributed._INFO = saved
+        distributed.initialize(method="pbs")
 
 
 @needs_mpiexec
@@ -129,14 +136,9 @@ def test_process_count_mismatch_names_both_values():
     assert "PGAS_NUM_PROCESSES) = 4" in r.stderr and "started 2 process(es)" in r.stderr
 
 
-def test_explicit_setup_incomplete_is_named(monkeypatch):
-    saved = distributed._INFO
-    distributed._INFO = None
-    try:
-        with pytest.raises(distributed.LauncherError, match="process_id"):
-            distributed.initialize(method="none", coordinator_address="h:1", num_processes=2)
-        with pytest.raises(distributed.ProcessCountError, match="process_id = 5"):
-            distributed.initialize(method="none", coordinator_address="h:1", num_processes=2,
-                                   process_id=5)  # fmt: skip
-    finally:
-        distributed._INFO = saved
+def test_explicit_setup_incomplete_is_named(fresh):
+    with pytest.raises(distributed.LauncherError, match="process_id"):
+        distributed.initialize(method="none", coordinator_address="h:1", num_processes=2)
+    with pytest.raises(distributed.ProcessCountError, match="process_id = 5"):
+        distributed.initialize(method="none", coordinator_address="h:1", num_processes=2,
+                               process_id=5)  # fmt: skip

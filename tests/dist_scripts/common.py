@@ -18,8 +18,8 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test's environment without launcher variables, one CPU device per process."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM", "PGAS_", "XLA_FLAGS"))}  # fmt: skip
+    drop = ("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM", "PGAS_", "XLA_FLAGS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(JAX_PLATFORMS="cpu", PGAS_LOCAL_DEVICES="1", PYTHONUNBUFFERED="1")
     env.update(extra)
@@ -60,4 +60,5 @@ def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen) -> N
             raise AssertionError(f"process ended ({proc.returncode}) before {text!r}:\n"
                                  f"{path.read_text(errors='replace')[-3000:]}")  # fmt: skip
         time.sleep(0.1)
-    raise AssertionError(f"no {text!r} after {timeout} s:\n{path.read_text(errors='replace')[-3000:]}")
+    tail = path.read_text(errors="replace")[-3000:] if path.exists() else ""
+    raise AssertionError(f"no {text!r} after {timeout} s:\n{tail}")

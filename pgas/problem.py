@@ -1,0 +1,120 @@
+"""Problem: one stencil problem, written for every backend.
+
+A :class:`Problem` bundles what the automatic, explicit and MPI paths need to
+solve the same global problem: the shape, dtype, boundary and halo of the
+field, an initial condition as a function of global cell indices, the
+global-view ``step`` (automatic path) and the local ``kernel`` on a block with
+halo cells plus the ``region`` it writes (explicit and MPI paths). The
+examples define their problems; :mod:`pgas.compare` runs one on all three
+backends.
+
+A problem is named by a *source*, ``"path/to/file.py:factory"`` or
+``"package.module:factory"``, plus keyword arguments, so that an ``mpiexec``
+worker process can rebuild it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgas.errors import PgasError
+
+__all__ = ["Problem", "load_problem", "checksum"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A stencil problem for all backends.
+
+    Attributes:
+        name: short name (``"heat1d"``, ``"life"``).
+        shape: global shape.
+        dtype: NumPy dtype name.
+        init: ``init(*global_index_arrays) -> values`` (NumPy, elementwise).
+        step: global-view step on a :class:`pgas.GlobalArray` (automatic path).
+        kernel: local kernel ``kernel(ext) -> new`` (explicit and MPI paths).
+        boundary: boundary condition(s) of the field.
+        halo: halo width.
+        region: global slices the kernel writes (``None``: everything).
+        mesh_axes: mesh axis names, one per array axis.
+        bytes_per_cell: bytes a step must move per cell (roofline).
+
+    >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
+    ...             None, 0, None, ("x",))
+    >>> p.cells
+    8
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    init: Callable[..., Any]
+    step: Callable
+    kernel: Callable
+    boundary: object
+    halo: int
+    region: tuple[slice, ...] | None
+    mesh_axes: tuple[str, ...]
+    bytes_per_cell: int = 0
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.shape)
+
+
+def load_problem(source: str, **kwargs) -> Problem:
+    """Build a problem from ``"file.py:factory"`` or ``"module:factory"`` and keywords.
+
+    >>> load_problem("pgas.problem:_demo").name
+    'demo'
+    """
+    where, sep, name = source.rpartition(":")
+    if not sep or not where or not name:
+        raise PgasError(
+            f"problem source = {source!r}: write 'path/to/file.py:factory' or "
+            f"'package.module:factory'"
+        )
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise PgasError(f"problem source {source!r}: file {where!r} does not exist")
+        module_name = f"_pgas_problem_{path.stem}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise PgasError(f"problem source {source!r}: {where} has no function {name!r}")
+    problem = factory(**kwargs)
+    if not isinstance(problem, Problem):
+        raise PgasError(f"{source} returned {type(problem).__name__}, not a pgas Problem")
+    return problem
+
+
+def checksum(field: np.ndarray) -> str:
+    """sha256 of the field's bytes in C order (the same on every backend when bitwise equal).
+
+    >>> checksum(np.zeros(2, np.uint8))[:12]
+    '96a296d224f2'
+    """
+    return hashlib.sha256(np.ascontiguousarray(field).tobytes()).hexdigest()
+
+
+def _demo(n: int = 8) -> Problem:
+    return Problem("demo", (n,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
+                   None, 0, None, ("x",))  # fmt: skip
