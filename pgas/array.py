@@ -232,7 +232,9 @@ def full(
     """
     layout = make_layout(shape, mesh, spec, boundary, halo)
     dt = _dtype(dtype)
-    data = jax.jit(lambda: jnp.full(layout.physical_shape, value, dt), out_shardings=layout.sharding)()
+    data = jax.jit(
+        lambda: jnp.full(layout.physical_shape, value, dt), out_shardings=layout.sharding
+    )()
     return GlobalArray(data, layout)
 
 

@@ -5,14 +5,14 @@ stencil. It says what a read *beyond the edge* sees, both in the automatic path
 (``pgas.shift`` and slices that reach into the halo) and in the explicit paths
 (the ghost cells :func:`pgas.exchange_halo` fills at the domain edge):
 
-========================  =============================================  ==============================
-condition                 ghost cell ``-1 - j`` (low face) reads          cells the array itself keeps
-========================  =============================================  ==============================
-``Periodic()``            ``u[N - 1 - j]`` (wrap around)                  none
-``Dirichlet(value)``      ``value``                                       none
-``Neumann()``             ``u[j]`` (mirror: zero gradient at the face)    none
-``Keep()``                ``u[j]`` (as Neumann; never used by a write)    the outer ``halo`` cells
-========================  =============================================  ==============================
+====================  ==========================================  ========================
+condition             ghost cell ``-1 - j`` (low face) reads      cells the array keeps
+====================  ==========================================  ========================
+``Periodic()``        ``u[N - 1 - j]`` (wrap around)              none
+``Dirichlet(value)``  ``value``                                   none
+``Neumann()``         ``u[j]`` (mirror: zero gradient)            none
+``Keep()``            ``u[j]`` (as Neumann; never written)        the outer ``halo`` cells
+====================  ==========================================  ========================
 
 ``Keep`` is the seed heat equation's semantics: the outermost ``halo`` cells on
 that face are boundary cells that no assignment changes (``u[0]`` and ``u[-1]``
@@ -73,7 +73,7 @@ class Keep:
     """
 
 
-Boundary = Union[Periodic, Dirichlet, Neumann, Keep]
+Boundary = Union[Periodic, Dirichlet, Neumann, Keep]  # noqa: UP007 (a runtime alias)
 _KINDS = (Periodic, Dirichlet, Neumann, Keep)
 Faces = tuple[tuple[Boundary, Boundary], ...]
 
@@ -116,11 +116,7 @@ def normalize_boundary(boundary: object, ndim: int) -> Faces:
         for axis, entry in enumerate(boundary):
             if _is_bc(entry):
                 pairs.append((entry, entry))
-            elif (
-                isinstance(entry, Sequence)
-                and len(entry) == 2
-                and all(_is_bc(e) for e in entry)
-            ):
+            elif isinstance(entry, Sequence) and len(entry) == 2 and all(_is_bc(e) for e in entry):
                 pairs.append((entry[0], entry[1]))
             else:
                 raise LayoutError(

@@ -57,7 +57,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pgas.array import GlobalArray, _build
+from pgas.array import GlobalArray, _physical_coords
 from pgas.errors import PgasError
 
 __all__ = [
@@ -478,6 +478,26 @@ class _BlockReader:
         return out
 
 
+def _restore(like: GlobalArray, reader: _BlockReader) -> GlobalArray:
+    """Build ``like``'s physical array shard by shard, reading only real (unpadded) cells."""
+    layout = like.layout
+
+    def callback(index):
+        index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
+        coords, valid = _physical_coords(layout, index)
+        real = [c[v] for c, v in zip(coords, valid, strict=True)]
+        lo = tuple(int(r.min()) for r in real)
+        hi = tuple(int(r.max()) + 1 for r in real)
+        region = reader.region(lo, hi)
+        out = np.zeros(tuple(len(c) for c in coords), like.dtype)
+        where = np.ix_(*(np.flatnonzero(v) for v in valid))
+        out[where] = region[np.ix_(*(r - a for r, a in zip(real, lo, strict=True)))]
+        return out
+
+    data = jax.make_array_from_callback(layout.physical_shape, layout.sharding, callback)
+    return GlobalArray(data, layout)
+
+
 def load(
     path: str | os.PathLike[str],
     like_state: Any,
@@ -548,15 +568,7 @@ def load(
         out = []
         for f, arr in zip(fields, arrays, strict=True):
             _check_tiling(f["name"], arr.shape, f["blocks"], str(version))
-            reader = _BlockReader(version, f, arr.dtype)
-
-            def block(coords, reader=reader):
-                lo = tuple(int(c.min()) for c in coords)
-                hi = tuple(int(c.max()) + 1 for c in coords)
-                region = reader.region(lo, hi)
-                return region[np.ix_(*(c - low for c, low in zip(coords, lo, strict=True)))]
-
-            out.append(_build(arr.layout, arr.dtype, block))
+            out.append(_restore(arr, _BlockReader(version, f, arr.dtype)))
         result = (jax.tree_util.tree_unflatten(treedef, out), int(manifest["step"]))
     except CheckpointError as err:
         error = err

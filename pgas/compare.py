@@ -97,8 +97,8 @@ def run_jax(problem: Problem, backend: str, steps: int, devices: int | None = No
 
     >>> import pgas
     >>> from pgas.problem import _demo
-    >>> run_jax(_demo(), "auto", 3, devices=1).checksum[:8]
-    'f7f4f29c'
+    >>> run_jax(_demo(), "auto", 3, devices=1).checksum == checksum(np.arange(8, dtype="float32"))
+    True
     """
     from pgas import explicit
     from pgas.loop import run
@@ -144,9 +144,7 @@ def mpiexec_path() -> str:
     return found
 
 
-def run_mpi(
-    source: str, steps: int, ranks: int, timeout: float = 600.0, **kwargs
-) -> Result:
+def run_mpi(source: str, steps: int, ranks: int, timeout: float = 600.0, **kwargs) -> Result:
     """Run the problem named by ``source`` on the MPI backend in ``mpiexec -n ranks``.
 
     The workers build their own blocks from the problem's ``init``; rank 0
@@ -230,8 +228,8 @@ def format_table(results: Sequence[Result]) -> str:
     """The comparison as a text table; ``equal`` compares checksums with the first row.
 
     >>> r = Result("auto", 2, 1, {"x": 2}, (8,), 10, 0.5, 4, 16, 8, "abcdef0123456789")
-    >>> print(format_table([r]).splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
-    backend   devices/ranks  ms/step  Mcell/s  msgs/step  bytes/step  ideal/dev  checksum          equal
+    >>> format_table([r]).splitlines()[1].split()[-1]
+    'yes'
     """
     head = (f"{'backend':<9} {'devices/ranks':>13} {'ms/step':>8} {'Mcell/s':>8} {'msgs/step':>10} "
             f"{'bytes/step':>11} {'ideal/dev':>10} {'checksum':<17} equal")  # fmt: skip

@@ -133,6 +133,9 @@ class BlockAxis:
         array([0, 1, 2, 4])
         """
         g = np.arange(self.size)
-        b = np.where(g < self.extra * (self.base + 1), g // max(self.base + 1, 1),
-                     self.extra + (g - self.extra * (self.base + 1)) // max(self.base, 1))
+        b = np.where(
+            g < self.extra * (self.base + 1),
+            g // max(self.base + 1, 1),
+            self.extra + (g - self.extra * (self.base + 1)) // max(self.base, 1),
+        )
         return b * self.block + (g - (b * self.base + np.minimum(b, self.extra)))

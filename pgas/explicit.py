@@ -141,7 +141,8 @@ def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=N
     """One explicit step of ``kernel`` on ``u`` (for :func:`pgas.comm_report` and tests).
 
     >>> import numpy as np, pgas
-    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), pgas.make_mesh(devices=1), boundary=pgas.Keep())
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), mesh, boundary=pgas.Keep())
     >>> step(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u).to_numpy()
     array([0., 2., 0.])
     """
@@ -173,7 +174,8 @@ def run(
             default the whole array.
 
     >>> import numpy as np, pgas
-    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), pgas.make_mesh(devices=1), boundary=pgas.Keep())
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), mesh, boundary=pgas.Keep())
     >>> run(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u, 2).to_numpy()
     array([0., 1., 0.])
     """

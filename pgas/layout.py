@@ -86,9 +86,7 @@ class Layout:
 
     @property
     def blocks_sharding(self) -> NamedSharding:
-        return NamedSharding(
-            self.mesh, PartitionSpec(*(x for s in self.spec for x in (s, None)))
-        )
+        return NamedSharding(self.mesh, PartitionSpec(*(x for s in self.spec for x in (s, None))))
 
     @property
     def local_shape(self) -> tuple[int, ...]:
@@ -249,7 +247,9 @@ def make_layout(
                 f"use one of those names (or None to replicate the array axis)"
             )
     if len(set(used)) != len(used):
-        raise MeshError(f"spec = {spec} uses a mesh axis twice; split each array axis over its own mesh axis")
+        raise MeshError(
+            f"spec = {spec} uses a mesh axis twice; split each array axis over its own mesh axis"
+        )
     if boundary is None:
         boundary = Periodic()
     faces = normalize_boundary(boundary, len(shape))
@@ -263,7 +263,8 @@ def make_layout(
         if ax.size < ax.parts:
             raise LayoutError(
                 f"axis {axis} has {ax.size} cells but mesh axis {spec[axis]!r} has {ax.parts} "
-                f"devices; every device needs at least one cell: use fewer devices or a larger array"
+                f"devices; every device needs at least one cell: use fewer devices or a larger "
+                f"array"
             )
         if halo[axis]:
             layout.check_halo(axis, halo[axis])

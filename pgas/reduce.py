@@ -3,8 +3,9 @@
 ``sum``, ``min``, ``max`` and ``mean`` ignore the padding cells of uneven
 layouts and compile to one all-reduce of a scalar per call: each device reduces
 its block, then one ``psum``/``pmin``/``pmax`` over all the array's mesh axes
-at once (left to the partitioner, a 2-D mesh would get one all-reduce per axis). Use them inside a step or a snapshot
-observer for diagnostics such as total heat or population.
+at once (left to the partitioner, a 2-D mesh would get one all-reduce per
+axis). Use them inside a step or a snapshot observer for diagnostics such as
+total heat or population.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def sum(array: GlobalArray) -> jax.Array:  # noqa: A001
     """Sum of all cells (integers accumulate in at least 32 bits).
 
     >>> import numpy as np, pgas
-    >>> pgas.sum(pgas.from_numpy(np.ones(5, np.uint8), pgas.make_mesh(devices=1)))
-    Array(5, dtype=uint32)
+    >>> int(pgas.sum(pgas.from_numpy(np.ones(5, np.uint8), pgas.make_mesh(devices=1))))
+    5
     """
     return _reduce(array, jnp.sum, jax.lax.psum, 0)
 

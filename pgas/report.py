@@ -233,9 +233,7 @@ class CommReport:
         return "\n".join(lines)
 
 
-def comm_report(
-    step: Callable, *state, loop: bool = False, shardy: bool = False
-) -> CommReport:
+def comm_report(step: Callable, *state, loop: bool = False, shardy: bool = False) -> CommReport:
     """Compile ``step(*state)`` and report the collectives one device runs per step.
 
     Args:

@@ -439,4 +439,3 @@ GlobalArray.at = property(lambda self: _At(self), doc="Functional update: ``u.at
 def as_array(x):
     """A :class:`GlobalArray` from a GlobalArray or a whole-array View (for step results)."""
     return x.to_array() if isinstance(x, View) else x
-

@@ -67,7 +67,9 @@ def test_dtype_mismatch():
 def test_shape_mismatch(u):
     with pytest.raises(pgas.ShapeMismatchError, match="\\(62,\\) and \\(63,\\)"):
         u[1:-1] + u[1:]
-    with pytest.raises(pgas.ShapeMismatchError, match="shape \\(63,\\) to a window of shape \\(62,\\)"):
+    with pytest.raises(
+        pgas.ShapeMismatchError, match="shape \\(63,\\) to a window of shape \\(62,\\)"
+    ):
         u[1:-1] = u[1:]
 
 

@@ -65,5 +65,7 @@ def test_reductions_ignore_padding():
 def test_zero_steps_and_from_function():
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     u = pgas.from_function(lambda i, j: 10 * i + j, (5, 3), mesh, dtype=np.int32)
-    np.testing.assert_array_equal(pgas.run(heat, u, 0).to_numpy(), 10 * np.arange(5)[:, None] + np.arange(3))
+    np.testing.assert_array_equal(
+        pgas.run(heat, u, 0).to_numpy(), 10 * np.arange(5)[:, None] + np.arange(3)
+    )
     assert pgas.full((3,), 7, mesh, dtype=np.uint8).to_numpy().tolist() == [7, 7, 7]

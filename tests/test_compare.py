@@ -1,0 +1,69 @@
+"""auto vs explicit vs mpi on one problem: real mpiexec, bitwise equal, counted messages."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import heat_numpy, life_numpy
+
+import pgas
+from pgas.compare import compare, format_table, run_mpi
+
+PROBLEMS = str(Path(__file__).with_name("problems.py"))
+
+
+def _heat_reference(n):
+    i = np.arange(n)
+    return heat_numpy((np.sin(0.37 * i) ** 2).astype(np.float32), 20)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_heat_mpi_ranks_bitwise(ranks):
+    r = run_mpi(f"{PROBLEMS}:heat", 20, ranks, n=1001)
+    np.testing.assert_array_equal(r.field, _heat_reference(1001))
+    assert r.messages_per_step == 2 * (ranks - 1) and r.bytes_per_step == 8 * (ranks - 1)
+
+
+def test_compare_three_backends_heat():
+    results = compare(f"{PROBLEMS}:heat", 20, devices=4, n=1001)
+    assert [r.backend for r in results] == ["auto", "explicit", "mpi"]
+    assert len({r.checksum for r in results}) == 1
+    np.testing.assert_array_equal(results[2].field, _heat_reference(1001))
+    auto, expl, mpi = results
+    assert auto.bytes_per_step == expl.bytes_per_step == 4 * 2 * 4  # 4 devices x 2 slabs x 4 B
+    assert mpi.messages_per_step == 6 and auto.ideal_bytes_per_step == 8
+    table = format_table(results)
+    assert table.count(" yes") == 3 and "NO" not in table
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_life_mpi_and_jax_bitwise(ranks):
+    problem = pgas.problem.load_problem(f"{PROBLEMS}:life")
+    b0 = problem.init(*np.meshgrid(np.arange(37), np.arange(53), indexing="ij"))
+    expected = life_numpy(b0, 15)
+    results = compare(f"{PROBLEMS}:life", 15, devices=ranks, ranks=ranks)
+    for r in results:
+        np.testing.assert_array_equal(r.field, expected, err_msg=r.backend)
+
+
+def test_cli_compare_json():
+    out = subprocess.run(
+        [sys.executable, "-m", "pgas.cli", "compare", f"{PROBLEMS}:heat", "--steps", "5",
+         "--devices", "2", "--set", "n=301", "--json"],
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [r["backend"] for r in rows] == ["auto", "explicit", "mpi"]
+    assert len({r["checksum"] for r in rows}) == 1
+
+
+def test_compare_errors():
+    with pytest.raises(pgas.PgasError, match="backends \\['gpu'\\] unknown"):
+        compare(f"{PROBLEMS}:heat", 1, backends=["gpu"])
+    with pytest.raises(pgas.PgasError, match="has no function 'nope'"):
+        compare(f"{PROBLEMS}:nope", 1)
+    with pytest.raises(pgas.PgasError, match="file.py:factory"):
+        compare("heat", 1)
