@@ -1,7 +1,8 @@
 """The stencils pgas ships in its tests, examples and benchmarks, in global view."""
 
-import pgas
 from helpers import NEIGHBOURS_2D
+
+import pgas
 
 
 def heat(u):

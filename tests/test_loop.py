@@ -17,8 +17,8 @@ def test_snapshots_and_observe():
     for i in range(4):
         np.testing.assert_array_equal(fields[i], heat_numpy(x0, 5 * (i + 1)))
     _, totals = pgas.run(heat, pgas.from_numpy(x0, mesh), 20, snapshot_every=10, observe=pgas.sum)
-    np.testing.assert_allclose(np.asarray(totals), [heat_numpy(x0, 10).sum(), heat_numpy(x0, 20).sum()],
-                               rtol=1e-5)  # fmt: skip
+    expected = [heat_numpy(x0, 10).sum(), heat_numpy(x0, 20).sum()]
+    np.testing.assert_allclose(np.asarray(totals), expected, rtol=1e-5)
 
 
 def test_chunks_call_back_between_compiled_chunks():
