@@ -16,7 +16,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m pgas.demo
+	mkdir -p out
+	$(BIN)/python examples/heat1d/heat1d.py --devices 4 --n 1001 --init gaussian --steps 10000 \
+		--out out/heat1d.nc --plot out/heat1d.png --compare
+	$(BIN)/python examples/life/life.py --devices 4 --size 256x256 --pattern random --density 0.3 \
+		--steps 500 --out out/life.nc --plot out/life.gif --plot out/life.png --compare
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -68,6 +68,7 @@ __all__ = [
     "cart_grid",
     "exchange_halo",
     "gather",
+    "launched",
     "local_coordinates",
     "require_launcher",
     "run",
@@ -429,6 +430,19 @@ def abort_on_error() -> Iterator[None]:
         world.Abort(1)
 
 
+def launched() -> bool:
+    """Whether this process was started by an MPI launcher (``mpiexec``/``srun``).
+
+    True when ``COMM_WORLD`` has more than one rank or a launcher's environment
+    variable (``PMI_RANK``, ``OMPI_COMM_WORLD_SIZE``, ...) is set; a plain
+    ``python script.py`` gives False.
+
+    >>> isinstance(launched(), bool)
+    True
+    """
+    return MPI.COMM_WORLD.size > 1 or any(k in os.environ for k in _LAUNCHER_ENV)
+
+
 def require_launcher(expected_ranks: int) -> None:
     """Fail early, saying how to launch, unless ``COMM_WORLD`` has ``expected_ranks``.
 
@@ -473,6 +487,10 @@ class RunResult:
         rank_bytes_per_step: bytes sent per step by each rank.
         grid: description of the layout (:meth:`CartGrid.describe`).
         dims: ranks per axis.
+        snapshots: with ``snapshot_every=k``, the global field at steps
+            ``0, k, 2k, ..., steps`` stacked on a leading axis, on rank 0 only
+            (``None`` elsewhere and without ``snapshot_every``).
+        snapshot_steps: the step number of each snapshot (every rank).
     """
 
     field: np.ndarray | None
@@ -484,6 +502,8 @@ class RunResult:
     rank_bytes_per_step: tuple[int, ...]
     grid: str
     dims: tuple[int, ...]
+    snapshots: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    snapshot_steps: tuple[int, ...] = ()
 
 
 def _update_box(grid: CartGrid, halo, faces, region) -> tuple[slice, ...]:
@@ -525,6 +545,10 @@ def run(
     region: tuple[slice, ...] | slice | None = None,
     grid: CartGrid | None = None,
     dims: Sequence[int] | None = None,
+    *,
+    snapshot_every: int | None = None,
+    chunk: int | None = None,
+    callback: Callable[[int, np.ndarray], None] | None = None,
 ) -> RunResult:
     """Run an explicit stencil time loop over all ranks and gather the result.
 
@@ -547,9 +571,21 @@ def run(
         grid: a layout from :func:`cart_grid`; default built from ``dims`` and
             the periodic axes of ``boundary``.
         dims: ranks per axis when ``grid`` is not given.
+        snapshot_every: gather the field to rank 0 at step 0 and after every
+            that many steps (must divide ``steps``); see
+            :attr:`RunResult.snapshots`. Rank 0 holds all snapshots.
+        chunk: call ``callback`` after every that many steps (a multiple of
+            ``snapshot_every`` if both are given); default: ``snapshot_every``,
+            else only at the end.
+        callback: ``callback(steps_done, block)`` on every rank between
+            chunks, with this rank's cells (no halo; do not modify them), e.g.
+            for a progress bar on rank 0. Never called per step unless
+            ``chunk=1``.
+
+    Snapshot gathers and callbacks are not counted in ``seconds``.
 
     Returns:
-        A :class:`RunResult`; its ``field`` is set on rank 0 only.
+        A :class:`RunResult`; its ``field`` (and ``snapshots``) are set on rank 0 only.
 
     >>> heat = lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
     >>> r = run(heat, lambda x: (x == 5) * 1.0, (11,), "float64", 1, 1, Keep())
@@ -572,6 +608,7 @@ def run(
         halo, faces = _checked(ext.shape, grid, halo, faces)
         if int(steps) != steps or steps < 0:
             raise PgasError(f"steps = {steps!r}: give a whole number >= 0")
+        every, chunk = _check_chunks(int(steps), snapshot_every, chunk)
         box = _update_box(grid, halo, faces, region)
         full = all(s.stop - s.start == n for s, (n, _) in zip(box, pairs, strict=True))
         values = init(*np.meshgrid(*local_coordinates(grid), indexing="ij"))
@@ -583,6 +620,8 @@ def run(
                 f"compute it elementwise from the index arrays it receives ({err})"
             ) from None
         counter = MessageCounter()
+        snaps = [gather(core, grid)] if every else []
+        outside = 0.0  # seconds spent in gathers and callbacks
         grid.comm.Barrier()
         start = MPI.Wtime()
         for step in range(int(steps)):
@@ -598,8 +637,20 @@ def run(
                 core[...] = new
             else:
                 core[box] = new[box]
+            done = step + 1
+            if (every and done % every == 0) or (callback and chunk and done % chunk == 0):
+                t0 = MPI.Wtime()
+                if every and done % every == 0:
+                    snaps.append(gather(core, grid))
+                if callback is not None and chunk and done % chunk == 0:
+                    callback(done, core)
+                outside += MPI.Wtime() - t0
+        if callback is not None and (not chunk or int(steps) % chunk):
+            t0 = MPI.Wtime()
+            callback(int(steps), core)
+            outside += MPI.Wtime() - t0
         grid.comm.Barrier()
-        seconds = float(grid.comm.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+        seconds = float(grid.comm.allreduce(MPI.Wtime() - start - outside, op=MPI.MAX))
         per = max(int(steps), 1)
         counts = grid.comm.allgather((counter.messages // per, counter.bytes // per))
         field = gather(core, grid)
@@ -613,4 +664,21 @@ def run(
             rank_bytes_per_step=tuple(b for _, b in counts),
             grid=grid.describe(),
             dims=grid.dims,
+            snapshots=np.stack(snaps) if every and grid.rank == 0 else None,
+            snapshot_steps=tuple(range(0, int(steps) + 1, every)) if every else (),
         )
+
+
+def _check_chunks(steps: int, every: int | None, chunk: int | None):
+    """Validate ``snapshot_every`` and ``chunk`` of :func:`run`; default chunk = every."""
+    for name, value in (("snapshot_every", every), ("chunk", chunk)):
+        if value is not None and (int(value) != value or value < 1):
+            raise PgasError(f"{name} = {value!r}: give a whole number >= 1")
+    if every is not None and steps % every:
+        raise PgasError(
+            f"snapshot_every = {every} does not divide steps = {steps}; pick steps as a "
+            f"multiple of it (e.g. steps = {(steps // every + 1) * every})"
+        )
+    if every is not None and chunk is not None and chunk % every:
+        raise PgasError(f"chunk = {chunk} must be a multiple of snapshot_every = {every}")
+    return (int(every) if every else None), (int(chunk) if chunk else every)

@@ -1,0 +1,151 @@
+"""1-D heat equation, explicit Euler, on N devices or P MPI ranks: the same global program.
+
+    python examples/heat1d/heat1d.py --n 1_000_003 --steps 2000
+    python examples/heat1d/heat1d.py --devices 4 --out out/heat1d.nc --plot out/heat1d.png
+    mpiexec -n 4 python examples/heat1d/heat1d.py --backend mpi --n 1_000_003
+    python examples/heat1d/heat1d.py --devices 4 --compare      # auto vs explicit vs mpi
+
+Physics: du/dt = alpha d2u/dx2 on a rod whose two end cells are held at their
+initial temperatures. Numerics: explicit Euler in time, central differences
+in space, alpha*dt/dx**2 = 1/4, so u[i] <- 0.5 u[i] + 0.25 (u[i-1] + u[i+1]).
+The global-view step below is the whole parallel program: pgas shards ``u``
+over the devices and turns the shifted slices into halo exchanges (two
+collective-permutes of one cell per step). ``--json`` prints the results as
+one JSON line; see examples/heat1d/README.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import pgas
+from pgas.problem import Problem
+
+_spec = importlib.util.spec_from_file_location(
+    "pgas_examples_common", Path(__file__).resolve().parents[1] / "common.py")  # fmt: skip
+common = sys.modules.get("pgas_examples_common") or importlib.util.module_from_spec(_spec)
+if "pgas_examples_common" not in sys.modules:
+    sys.modules["pgas_examples_common"] = common
+    _spec.loader.exec_module(common)
+
+# ---- Physics ------------------------------------------------------------------------------
+# The heat equation du/dt = alpha * d2u/dx2 on cells i = 0 .. N-1. The two end
+# cells are held at their initial temperatures (Dirichlet data given by the
+# initial condition: boundary pgas.Keep() keeps the outermost cell of each face).
+BOUNDARY = pgas.Keep()
+
+# ---- Numerics -----------------------------------------------------------------------------
+# Explicit Euler with alpha*dt/dx**2 = 1/4 (stable up to 1/2):
+#     u[i] <- u[i] + 1/4 (u[i-1] - 2 u[i] + u[i+1]) = 0.5 u[i] + 0.25 (u[i-1] + u[i+1]).
+# The coefficients are powers of two, so every backend (XLA with fused
+# multiply-adds, NumPy, MPI) computes bitwise the same numbers.
+
+
+def heat(u):
+    """One step in global view (automatic path): pgas inserts the halo exchange."""
+    u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def kernel(e):
+    """One step of one block with one halo cell per side (explicit and MPI paths)."""
+    return 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
+
+
+# ---- Initial conditions -------------------------------------------------------------------
+INITS = ("random", "gaussian", "sine", "step")
+
+
+def initial(n: int, init: str = "random", mode: int = 1, seed: int = 0) -> np.ndarray:
+    """The initial temperatures u_i, i = 0..n-1 (float64; cast to the field's dtype).
+
+    random: uniform in [0, 1); gaussian: a bump of height 1 and width n/20
+    in the middle, on a background of 0.1; sine: sin(mode*pi*i/(n-1)) (zero at
+    both ends, an eigenmode of the scheme); step: 1 on the left half, 0.1 on
+    the right half.
+
+    The backgrounds are not zero on purpose: by the maximum principle every
+    value then stays >= 0.1, never *subnormal* (below ~1e-38 in float32). XLA
+    on CPU flushes subnormals to zero and NumPy does not, so a front running
+    into an exactly-zero region would make the backends differ in the last
+    bits of numbers < 1e-38; with the background they agree bit for bit.
+    """
+    i = np.arange(n, dtype=np.float64)
+    if init == "random":
+        return np.random.default_rng(seed).random(n)
+    if init == "gaussian":
+        return 0.1 + np.exp(-(((i - (n - 1) / 2) / max(n / 20, 1.0)) ** 2))
+    if init == "sine":
+        return np.sin(mode * np.pi * i / max(n - 1, 1))
+    if init == "step":
+        return np.where(i < n / 2, 1.0, 0.1)
+    raise ValueError(f"--init {init!r} is unknown; choose one of {', '.join(INITS)}")
+
+
+def problem(n: int = 1001, dtype: str = "float32", init: str = "random", mode: int = 1,
+            seed: int = 0) -> Problem:  # fmt: skip
+    """The heat problem for every backend (``pgas compare examples/heat1d/heat1d.py:problem``)."""
+    if int(n) < 3:
+        raise ValueError(f"--n {n}: the rod needs at least 3 cells (two fixed ends + one)")
+    u0 = initial(int(n), init, int(mode), int(seed)).astype(dtype)
+    return Problem("heat1d", (int(n),), dtype, lambda i: u0[i], heat, kernel, BOUNDARY,
+                   halo=1, region=(slice(1, -1),), mesh_axes=("x",),
+                   bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
+
+
+# ---- Output -------------------------------------------------------------------------------
+def diagnostics(u: np.ndarray) -> dict[str, np.ndarray]:
+    """Global values per snapshot (rows of ``u``): max, mean, l2 norm, total heat."""
+    w = u.astype(np.float64)
+    return {"max": w.max(axis=1), "mean": w.mean(axis=1),
+            "l2": np.sqrt((w * w).sum(axis=1)), "total": w.sum(axis=1)}  # fmt: skip
+
+
+def summary(r: dict) -> str:
+    return (common.describe(r) + f"\n  max {r['max']:.6g}, mean {r['mean']:.6g}, "
+            f"l2 {r['l2']:.6g}")  # fmt: skip
+
+
+def plot(ds, path: str):
+    """Space-time heat map and final profile over the initial one."""
+    from pgas.plot import heat_plot
+
+    return heat_plot(ds, path, title=f"heat1d, n = {ds.sizes['x']}, {ds.attrs['backend']}")
+
+
+# ---- Time loop ----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> dict | None:
+    ap = common.make_parser(__doc__, steps=1000, dtypes=("float32", "float64"),
+                            plots="space-time heat map + final profile (.png)")  # fmt: skip
+    h = ap.add_argument_group("heat1d")
+    h.add_argument(
+        "--n",
+        type=common.positive_int,
+        default=1001,
+        help="cells of the rod, e.g. 1_000_003 (default 1001)",
+    )
+    h.add_argument("--init", choices=INITS, default="random", help="initial condition")
+    h.add_argument("--mode", type=common.positive_int, default=1, help="k of --init sine")
+    args = ap.parse_args(argv)
+    kwargs = dict(n=args.n, dtype=args.dtype, init=args.init, mode=args.mode, seed=args.seed)
+    prob = common.run_or_exit(ap, lambda: problem(**kwargs))
+    common.prepare(ap, args, __file__, plot_suffixes=(".png", ".pdf", ".svg"), snapshots=64)
+    if args.compare:
+        common.compare_table(__file__, args, kwargs)
+    # pgas.run(heat, u, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
+    # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
+    run = common.run_or_exit(ap, lambda: common.simulate(prob, args))
+    return common.report(
+        run, args, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
+        attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,
+               "scheme": "u[1:-1] = 0.5*u[1:-1] + 0.25*(u[:-2] + u[2:]), ends kept"},
+        plot=plot, summary=summary,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

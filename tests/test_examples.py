@@ -1,0 +1,278 @@
+"""The examples end to end: every backend, the Dataset, the pictures, the JSON line, the errors.
+
+The JAX backends run in this process (conftest: 8 CPU devices) by calling the
+examples' ``main(argv)``; ``--backend mpi`` runs under ``mpiexec -n 2`` (one
+launch per example, checked bitwise against NumPy), and one subprocess checks
+``--compare`` and one the message of ``--backend mpi`` without mpiexec.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+
+import pgas
+from pgas.problem import checksum
+
+# Start JAX now with conftest's 8 devices: the examples' --devices N then picks N of them
+# instead of restarting JAX with N (which they do when run as scripts).
+assert len(jax.devices()) == 8
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAT = ROOT / "examples" / "heat1d" / "heat1d.py"
+LIFE = ROOT / "examples" / "life" / "life.py"
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+def _load(name: str, path: Path):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+H = _load("pgas_examples_heat1d", HEAT)
+L = _load("pgas_examples_life", LIFE)
+P = L.patterns
+
+
+def _env() -> dict[str, str]:
+    drop = ("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM", "XLA_FLAGS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def numpy_heat(u0, steps):
+    u = u0.copy()
+    for _ in range(steps):
+        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def numpy_life(b, steps):
+    for _ in range(steps):
+        b = P.life_step_numpy(b)
+    return b
+
+
+def _check_common(d: dict, ds: xr.Dataset, backend: str, steps: int, shape) -> None:
+    for key in ("backend", "devices", "processes", "mesh", "shape", "steps", "seconds",
+                "cell_updates_per_second", "checksum", "comm"):  # fmt: skip
+        assert key in d, key
+    assert d["backend"] == backend and d["steps"] == steps and d["shape"] == list(shape)
+    assert ds.attrs["backend"] == backend and ds.attrs["steps"] == steps
+    for key in ("mesh", "devices", "processes", "dtype", "pgas_version", "jax_version"):
+        assert key in ds.attrs, key
+    assert ds.attrs["pgas_version"] == pgas.__version__
+    assert json.loads(ds.attrs["mesh"]) == d["mesh"]
+    assert int(ds["time"][0]) == 0 and int(ds["time"][-1]) == steps
+
+
+# ---- heat1d ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_heat1d_end_to_end_jax(backend, tmp_path, capsys):
+    out, png = tmp_path / "heat.nc", tmp_path / "heat.png"
+    H.main(["--backend", backend, "--devices", "4", "--n", "203", "--steps", "60",
+            "--init", "gaussian", "--snapshot-every", "20", "--out", str(out), "--plot", str(png),
+            "--json"])  # fmt: skip
+    d = _json(capsys.readouterr().out)
+    u0 = H.initial(203, "gaussian").astype(np.float32)
+    assert d["checksum"] == checksum(numpy_heat(u0, 60))
+    assert d["devices"] == 4 and d["processes"] == 1 and d["mesh"] == {"x": 4}
+    assert d["comm"]["collective-permute"]["count_per_step"] == 2
+    assert d["comm"]["all-gather"]["count_per_step"] == 0
+    assert {"max", "mean", "l2"} <= set(d)
+    with xr.open_dataset(out) as ds:
+        _check_common(d, ds, backend, 60, (203,))
+        assert ds["u"].dims == ("time", "x") and ds["u"].shape == (4, 203)
+        assert ds["u"].dtype == np.float32 and ds["time"].values.tolist() == [0, 20, 40, 60]
+        assert ds["max"].dims == ("time",) and ds["l2"].shape == (4,)
+        np.testing.assert_array_equal(ds["u"].values[0], u0)
+        assert float(ds["mean"][-1]) == pytest.approx(d["mean"])
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
+def test_heat1d_end_to_end_mpi(tmp_path):
+    out, png = tmp_path / "heat.nc", tmp_path / "heat.png"
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(HEAT), "--backend", "mpi", "--n", "1001",
+           "--steps", "100", "--init", "random", "--seed", "3", "--dtype", "float64",
+           "--out", str(out), "--plot", str(png), "--json", "--quiet"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    lines = [x for x in proc.stdout.splitlines() if x.strip()]
+    assert len(lines) == 1  # --quiet, and only rank 0 prints
+    d = json.loads(lines[0])
+    assert d["checksum"] == checksum(numpy_heat(H.initial(1001, "random", seed=3), 100))
+    assert d["processes"] == 2 and d["mesh"] == {"x": 2}
+    assert d["comm"]["messages_per_step"] == 2
+    with xr.open_dataset(out) as ds:
+        _check_common(d, ds, "mpi", 100, (1001,))
+        assert ds["u"].dims == ("time", "x") and ds["u"].dtype == np.float64
+        assert len(ds["time"]) > 2
+    assert png.stat().st_size > 1000
+
+
+# ---- life -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_life_end_to_end_jax(backend, tmp_path, capsys):
+    out, gif, png = tmp_path / "life.zarr", tmp_path / "life.gif", tmp_path / "life.png"
+    H_, W_ = 40, 56
+    L.main(["--backend", backend, "--devices", "4", "--size", f"{H_}x{W_}", "--pattern", "random",
+            "--density", "0.3", "--seed", "4", "--steps", "24", "--snapshot-every", "4",
+            "--out", str(out), "--plot", str(gif), "--plot", str(png), "--json"])  # fmt: skip
+    d = _json(capsys.readouterr().out)
+    b0 = P.random_board((H_, W_), 0.3, seed=4)
+    final = numpy_life(b0, 24)
+    assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
+    assert d["mesh"] == {"y": 2, "x": 2}
+    assert d["comm"]["collective-permute"]["count_per_step"] <= 4
+    with xr.open_dataset(out, engine="zarr") as ds:
+        _check_common(d, ds, backend, 24, (H_, W_))
+        assert ds["board"].dims == ("time", "y", "x") and ds["board"].shape == (7, H_, W_)
+        assert ds["population"].values.tolist() == [
+            int(numpy_life(b0, t).sum()) for t in range(0, 25, 4)
+        ]
+    assert gif.read_bytes()[:3] == b"GIF" and png.stat().st_size > 500
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
+def test_life_end_to_end_mpi(tmp_path):
+    out, gif = tmp_path / "life.nc", tmp_path / "life.gif"
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(LIFE), "--backend", "mpi", "--size",
+           "37x50", "--pattern", "random", "--density", "0.4", "--seed", "9", "--steps", "30",
+           "--out", str(out), "--plot", str(gif), "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    d = _json(proc.stdout)
+    final = numpy_life(P.random_board((37, 50), 0.4, seed=9), 30)
+    assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
+    assert d["processes"] == 2 and d["mesh"] == {"y": 2, "x": 1}
+    assert proc.stdout.count('"backend"') == 1  # rank 0 only
+    with xr.open_dataset(out) as ds:
+        _check_common(d, ds, "mpi", 30, (37, 50))
+        assert ds["board"].dims == ("time", "y", "x") and ds["board"].dtype == np.uint8
+        assert int(ds["population"][-1]) == d["population"]
+    assert gif.read_bytes()[:3] == b"GIF"
+
+
+def test_life_pattern_at_position(capsys):
+    L.main(["--devices", "8", "--size", "16x16", "--pattern", "glider", "--at", "11,12",
+            "--steps", "64", "--json", "--quiet"])  # fmt: skip
+    d = _json(capsys.readouterr().out)
+    b0 = P.place((16, 16), P.load_pattern("glider"), at=(11, 12))
+    assert d["checksum"] == checksum(b0) and d["population"] == 5  # once round the torus
+
+
+# ---- --compare and the launcher message (subprocesses) --------------------------------------
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
+def test_heat1d_compare_prints_a_table_with_equal_checksums():
+    cmd = [sys.executable, str(HEAT), "--devices", "2", "--n", "501", "--steps", "20",
+           "--compare", "--quiet", "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    rows = [x.split() for x in proc.stdout.splitlines() if x.split()[:1] in (["auto"],
+            ["explicit"], ["mpi"])]  # fmt: skip
+    assert [r[0] for r in rows] == ["auto", "explicit", "mpi"]
+    assert all(r[-1] == "yes" for r in rows)
+    assert len({r[-2] for r in rows}) == 1
+    assert _json(proc.stdout)["backend"] == "auto"
+
+
+def test_mpi_backend_without_mpiexec_says_how_to_launch():
+    cmd = [sys.executable, str(LIFE), "--backend", "mpi", "--steps", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_env())
+    assert proc.returncode == 2
+    assert "mpiexec -n" in proc.stderr and "--backend mpi" in proc.stderr
+
+
+# ---- errors: exit code 2 and a message with the fix -----------------------------------------
+def _fails(main, argv, capsys, *needles):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_unknown_pattern(capsys):
+    _fails(L.main, ["--pattern", "glidr"], capsys, "unknown pattern 'glidr'", "glider")
+
+
+def test_malformed_rle_names_line_and_reason(tmp_path, capsys):
+    bad = tmp_path / "bad.rle"
+    bad.write_text("#N bad\nx = 3, y = 3\nbo$2bo$3o\n7o!\n")
+    _fails(L.main, ["--pattern", str(bad)], capsys, "line 4", "longer than")
+    bad.write_text("x = 3 y 3\nbo$2bo$3o!\n")
+    _fails(L.main, ["--pattern", str(bad)], capsys, "line 1", "header")
+
+
+def test_pattern_that_does_not_fit(capsys):
+    _fails(L.main, ["--size", "20x20", "--pattern", "gosper"], capsys, "does not fit",
+           "at least")  # fmt: skip
+    _fails(L.main, ["--size", "20x20", "--pattern", "glider", "--at", "19,0"], capsys,
+           "does not fit")  # fmt: skip
+
+
+def test_sizes_must_be_positive(capsys):
+    _fails(L.main, ["--size", "0x5"], capsys, "--size", "positive")
+    _fails(L.main, ["--size", "abc"], capsys, "HxW")
+    _fails(H.main, ["--n", "0"], capsys, "--n", "positive")
+    _fails(H.main, ["--n", "-5"], capsys, "--n")
+    _fails(H.main, ["--steps", "-1"], capsys, "--steps")
+
+
+def test_unwritable_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(H.common, "simulate", lambda *a: pytest.fail("ran before --out check"))
+    _fails(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
+           "mkdir")  # fmt: skip
+    _fails(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")
+    (tmp_path / "dir.nc").mkdir()
+    _fails(L.main, ["--out", str(tmp_path / "dir.nc")], capsys, "directory")
+    _fails(L.main, ["--plot", str(tmp_path / "b.jpg")], capsys, ".png or .gif")
+
+
+def test_unknown_dtype_or_backend(capsys):
+    _fails(H.main, ["--dtype", "float16"], capsys, "--dtype", "float32", "float64")
+    _fails(L.main, ["--dtype", "float32"], capsys, "--dtype", "uint8")
+    _fails(H.main, ["--backend", "cuda"], capsys, "--backend", "auto", "explicit", "mpi")
+
+
+def test_snapshot_every_must_divide_steps(capsys):
+    _fails(H.main, ["--steps", "10", "--snapshot-every", "3"], capsys, "does not divide",
+           "--steps 12")  # fmt: skip
+
+
+def test_mpi_run_snapshots_and_callback_in_one_process():
+    from pgas import mpi
+
+    seen = []
+    u0 = H.initial(33, "random", seed=1)
+    r = mpi.run(
+        H.kernel, lambda i: u0[i], (33,), "float64", 12, 1, pgas.Keep(), (slice(1, -1),),
+        snapshot_every=4, chunk=8, callback=lambda n, b: seen.append((n, b.shape)),
+    )  # fmt: skip
+    assert r.snapshot_steps == (0, 4, 8, 12) and r.snapshots.shape == (4, 33)
+    for k, t in enumerate(r.snapshot_steps):
+        np.testing.assert_array_equal(r.snapshots[k], numpy_heat(u0, t))
+    np.testing.assert_array_equal(r.field, r.snapshots[-1])
+    assert seen == [(8, (33,)), (12, (33,))]  # after each chunk, and at the end
+    with pytest.raises(pgas.PgasError, match="does not divide"):
+        mpi.run(H.kernel, lambda i: u0[i], (33,), "float64", 10, 1, pgas.Keep(), snapshot_every=4)
