@@ -69,3 +69,21 @@ def test_zero_steps_and_from_function():
         pgas.run(heat, u, 0).to_numpy(), 10 * np.arange(5)[:, None] + np.arange(3)
     )
     assert pgas.full((3,), 7, mesh, dtype=np.uint8).to_numpy().tolist() == [7, 7, 7]
+
+
+def test_bool_and_int_fields():
+    mesh = pgas.make_mesh(("x",), devices=4)
+    alive = np.random.default_rng(16).random(50) < 0.5
+    b = pgas.from_numpy(alive, mesh)
+
+    def flip_interior(b):
+        b[1:-1] = ~b[1:-1] ^ b[2:]
+        return b
+
+    ref = alive.copy()
+    ref[1:-1] = ~ref[1:-1] ^ ref[2:]
+    np.testing.assert_array_equal(pgas.run(flip_interior, b, 1).to_numpy(), ref)
+    counts = pgas.from_numpy(np.arange(50, dtype=np.int32), mesh)
+    counts[1:-1] = counts[:-2] + counts[2:]
+    np.testing.assert_array_equal(counts.to_numpy()[1:-1], 2 * np.arange(1, 49))
+    assert counts.dtype == np.int32 and int(pgas.max(counts)) == 96
