@@ -83,7 +83,19 @@ def make_parser(
     g.add_argument(
         "--devices",
         type=positive_int,
-        help="JAX devices (virtual CPU devices on a CPU); default: all local",
+        help="JAX devices (virtual CPU devices on a CPU); default: all local. In a "
+        "multi-process run: devices PER PROCESS (the mesh spans all processes' devices)",
+    )
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="multi-process JAX run: call pgas.distributed.initialize() before JAX starts "
+        "(automatic when started by mpiexec or srun with --backend auto/explicit)",
+    )
+    g.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the process/device layout (process 0) and each checkpoint written",
     )
     g.add_argument(
         "--steps", type=non_negative_int, default=steps, help=f"time steps (default {steps})"
@@ -121,6 +133,26 @@ def make_parser(
         help="print one JSON object with the results as the last stdout line",
     )
     o.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    c = ap.add_argument_group("checkpoint/restart (--backend auto and explicit)")
+    c.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="checkpoint directory (default: next to --out, FILE.nc -> FILE.ckpt; "
+        "without --out: out/<example>.ckpt)",
+    )
+    c.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        metavar="K",
+        help="write a checkpoint every K steps (between compiled chunks of K steps) and "
+        "after the last step",
+    )
+    c.add_argument(
+        "--restart",
+        action="store_true",
+        help="continue from the checkpoint in --checkpoint DIR; starts from step 0 when "
+        "there is none yet (so a requeued job script can always pass it)",
+    )
     return ap
 
 
@@ -147,13 +179,28 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace, script: str,
             check_writable(args.out)
         except OutputPathError as err:
             ap.error(f"--out: {err}")
-    every = args.snapshot_every
+    every, k = args.snapshot_every, args.checkpoint_every
     if every is not None and args.steps % every:
         ap.error(f"--snapshot-every {every} does not divide --steps {args.steps}; use e.g. "
                  f"--steps {(args.steps // every + 1) * every}")  # fmt: skip
+    if every is not None and k is not None and k % every:
+        ap.error(f"--checkpoint-every {k} must be a multiple of --snapshot-every {every} "
+                 f"(checkpoints are written between snapshot chunks); use e.g. "
+                 f"--checkpoint-every {(k // every + 1) * every}")  # fmt: skip
     if every is None and (args.out or args.plot):
-        every = _default_every(args.steps, snapshots)
+        # with checkpoints: a divisor of both --steps and K
+        every = _default_every(math.gcd(args.steps, k) if k else args.steps, snapshots,
+                               args.steps)  # fmt: skip
     args.snapshot_every = every if (args.out or args.plot or every) and args.steps else None
+    args.checkpointing = bool(args.checkpoint_every or args.restart)
+    if args.checkpointing and args.backend == "mpi":
+        ap.error("--checkpoint-every/--restart work on --backend auto and explicit only (the mpi "
+                 "backend runs NumPy blocks and cannot checkpoint); run with --backend auto "
+                 "--distributed under mpiexec or srun instead")  # fmt: skip
+    if args.checkpoint is None:
+        name = Path(script).stem
+        args.checkpoint = (str(Path(args.out).with_suffix(".ckpt")) if args.out
+                           else os.path.join("out", f"{name}.ckpt"))  # fmt: skip
     args.rank = 0
     if args.backend == "mpi":
         from pgas import mpi
@@ -164,23 +211,42 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace, script: str,
                      f"(or use --backend auto/explicit with --devices N)")  # fmt: skip
         args.rank = mpi.MPI.COMM_WORLD.rank
         return
-    _start_jax(ap, args.devices, args.dtype)
+    _start_jax(ap, args)
 
 
-def _default_every(steps: int, target: int) -> int:
-    """The smallest divisor of ``steps`` giving at most ``target`` snapshots."""
-    if steps == 0:
+def _default_every(base: int, target: int, steps: int | None = None) -> int:
+    """The smallest divisor of ``base`` giving at most ``target`` snapshots of ``steps``."""
+    steps = base if steps is None else steps
+    if base == 0:
         return 1
-    for k in range(max(1, steps // target), steps + 1):
-        if steps % k == 0 and steps // k <= target:
+    for k in range(max(1, steps // target), base + 1):
+        if base % k == 0 and steps // k <= target:
             return k
-    return steps
+    return base
 
 
-def _start_jax(ap: argparse.ArgumentParser, devices: int | None, dtype: str) -> None:
+def _start_jax(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import jax
     from jax._src import xla_bridge
 
+    from pgas import distributed
+
+    devices, dtype = args.devices, args.dtype
+    launched = distributed.detect_launcher() != "none"
+    if args.distributed or launched:
+        if args.compare:
+            ap.error("--compare starts its own processes; run it in one process, not under "
+                     "mpiexec/srun and without --distributed")  # fmt: skip
+        try:
+            info = distributed.initialize(local_device_count=devices, verbose=args.verbose)
+        except PgasError as err:
+            print(f"{ap.prog}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        args.rank, args.multiprocess = info.process_id, info.process_count > 1
+        if np.dtype(dtype).itemsize == 8:
+            jax.config.update("jax_enable_x64", True)
+        return
+    args.multiprocess = False
     if devices is not None:
         if xla_bridge.backends_are_initialized():  # e.g. called in-process from a test
             if devices > len(jax.devices()):
@@ -189,6 +255,8 @@ def _start_jax(ap: argparse.ArgumentParser, devices: int | None, dtype: str) -> 
             pgas.use_cpu_devices(devices)
     if np.dtype(dtype).itemsize == 8:
         jax.config.update("jax_enable_x64", True)
+    if args.verbose:
+        distributed.describe()
 
 
 # ---- running ----------------------------------------------------------------------------
@@ -208,11 +276,13 @@ class Outcome:
     times: np.ndarray | None
     comm: dict | None
     rank: int = 0
+    start: int = 0  # the step this run started from (> 0 after --restart)
 
     @property
     def cell_updates_per_second(self) -> float:
         cells = math.prod(self.shape)
-        return cells * self.steps / self.seconds if self.seconds > 0 else float("nan")
+        done = self.steps - self.start
+        return cells * done / self.seconds if self.seconds > 0 else float("nan")
 
 
 class _Progress:
@@ -254,61 +324,147 @@ def _chunk(steps: int, every: int | None, progress: bool) -> int | None:
     return every * parts
 
 
-def simulate(problem: Problem, args: argparse.Namespace) -> Outcome:
-    """Run ``problem`` for ``args.steps`` steps on ``args.backend``; see the module docstring."""
+def simulate(problem: Problem, args: argparse.Namespace, meta: dict | None = None) -> Outcome:
+    """Run ``problem`` for ``args.steps`` steps on ``args.backend``; see the module docstring.
+
+    ``meta`` identifies the problem in checkpoints (``--checkpoint-every``, ``--restart``).
+    """
     progress = _Progress(args.steps, args.quiet, args.rank, problem.name)
     try:
         if args.backend == "mpi":
             return _simulate_mpi(problem, args, progress)
-        return _simulate_jax(problem, args, progress)
+        return _simulate_jax(problem, args, progress, meta or {"example": problem.name})
     finally:
         progress.close()
 
 
-def _simulate_jax(problem: Problem, args, progress: _Progress) -> Outcome:
+class _Checkpointer:
+    """Saves the state through pgas.checkpoint every ``--checkpoint-every`` steps (all processes).
+
+    Test hook: env ``PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT=M`` makes the run print
+    ``SLEEPING after checkpoint M`` and sleep after writing its M-th checkpoint
+    (tests kill it there, deterministically).
+    """
+
+    def __init__(self, args, meta: dict):
+        self.path, self.every, self.meta = args.checkpoint, args.checkpoint_every, meta
+        self.rank, self.verbose, self.saved = args.rank, args.verbose, 0
+        self.sleep_after = int(os.environ.get("PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT") or 0)
+
+    def restore(self, like):
+        """``(state, step)`` from the checkpoint, or ``(like, 0)`` if there is none yet."""
+        from pgas import checkpoint
+
+        root = Path(self.path)
+        if not (root / "LATEST").exists() and not any(root.glob("step-*")):
+            # nothing committed yet (or only an interrupted first save): a fresh start
+            self._say(f"restart: no checkpoint in {self.path} yet, starting from step 0",
+                      always=True)  # fmt: skip
+            return like, 0
+        try:
+            state, step = checkpoint.load(root, like, meta=self.meta)
+        except checkpoint.CheckpointError as err:
+            raise PgasError(
+                f"--restart refused: {err}. Restart with the options of the run that wrote the "
+                f"checkpoint, or give another --checkpoint DIR (or drop --restart to start over)"
+            ) from None
+        self._say(f"restart: from step {step} (checkpoint {self.path})", always=True)
+        return state, step
+
+    def save(self, state, step: int) -> None:
+        import jax
+
+        from pgas import checkpoint
+
+        jax.block_until_ready(state.data)
+        checkpoint.save(self.path, state, step=step, meta=self.meta)
+        self.saved += 1
+        self._say(f"checkpoint: step {step} written to {self.path}")
+        if self.sleep_after and self.saved == self.sleep_after:
+            self._say(f"SLEEPING after checkpoint {self.saved} (step {step})", always=True)
+            time.sleep(3600)
+
+    def _say(self, text: str, always: bool = False) -> None:
+        if self.rank == 0 and (always or self.verbose):
+            print(text, file=sys.stderr, flush=True)
+
+
+def _simulate_jax(problem: Problem, args, progress: _Progress, meta: dict) -> Outcome:
     import jax
 
     from pgas import explicit
     from pgas.compare import _build
 
-    mesh = pgas.make_mesh(problem.mesh_axes, devices=args.devices)
+    # multi-process: --devices is per process (pgas.distributed.initialize made them), the
+    # mesh spans the devices of all processes
+    mesh = pgas.make_mesh(problem.mesh_axes,
+                          devices=None if args.multiprocess else args.devices)  # fmt: skip
     build = lambda: _build(problem, mesh)  # noqa: E731 - each run donates its buffers
-    steps, every = args.steps, args.snapshot_every
-    chunk = _chunk(steps, every, progress.on)
-    u = build()
-    first = u.to_numpy() if every else None
+    steps, every, k = args.steps, args.snapshot_every, args.checkpoint_every
+    ckpt = _Checkpointer(args, meta) if args.checkpointing else None
+    u, start = build(), 0
+    if ckpt is not None and args.restart:
+        u, start = ckpt.restore(u)
+        if start > steps:
+            raise PgasError(
+                f"the checkpoint in {args.checkpoint} is at step {start}, beyond --steps "
+                f"{steps}; give --steps >= {start} or another --checkpoint"
+            )
+        if every and (steps - start) % every:
+            raise PgasError(
+                f"restarting at step {start}: --snapshot-every {every} does not divide the "
+                f"{steps - start} remaining steps; choose a divisor of them"
+            )
+    left = steps - start
+    chunk = k if k else _chunk(left, every, progress.on)
+    progress.done = start
+    if progress.bar is not None:
+        progress.bar.update(start)
+    first = u.to_numpy() if every else None  # gathered (every process)
+
+    def between(done: int, state) -> None:  # after each compiled chunk of this run
+        if k and ((done % k == 0) or done == left):
+            ckpt.save(state, start + done)
+        progress(start + done, state)
+
     if args.backend == "auto":
         comm = pgas.comm_report(problem.step, build()).to_dict()
         # warm-up: compile the very program the run uses (same chunk length)
-        pgas.run(problem.step, build(), chunk or 1, snapshot_every=every, chunk=chunk)
-        start = time.perf_counter()
-        out = pgas.run(problem.step, u, steps, snapshot_every=every, chunk=chunk,
-                       callback=progress if progress.on else None)  # fmt: skip
+        if left:
+            pgas.run(problem.step, build(), min(chunk or 1, left), snapshot_every=every,
+                     chunk=chunk)  # fmt: skip
+        start_time = time.perf_counter()
+        out = pgas.run(problem.step, u, left, snapshot_every=every, chunk=chunk,
+                       callback=between if (k or progress.on) else None)  # fmt: skip
         u, snaps = out if every else (out, None)
         jax.block_until_ready(u.data)
-        seconds = time.perf_counter() - start
-        snapshots = None if every is None else np.concatenate([first[None], snaps.to_numpy()])
+        seconds = time.perf_counter() - start_time
+        snapshots = None
+        if every:
+            rest = [snaps.to_numpy()] if snaps is not None else []
+            snapshots = np.concatenate([first[None], *rest])
     else:
         kernel, halo, region = problem.kernel, problem.halo, problem.region
         comm = pgas.comm_report(lambda v: explicit.step(kernel, v, halo, region), build()).to_dict()
         jax.block_until_ready(explicit.run(kernel, build(), 1, halo, region).data)  # compile
         seconds, done, shots = 0.0, 0, [first] if every else []
-        piece = every or chunk or steps
-        while done < steps:
-            n = min(piece, steps - done)
-            start = time.perf_counter()
+        piece = every or k or chunk or left
+        while done < left:
+            n = min(piece, left - done)
+            t0 = time.perf_counter()
             u = explicit.run(kernel, u, n, halo, region)
             jax.block_until_ready(u.data)
-            seconds += time.perf_counter() - start
+            seconds += time.perf_counter() - t0
             done += n
             if every:
                 shots.append(u.to_numpy())
-            progress(done)
+            between(done, u)
         snapshots = np.stack(shots) if every else None
-    field = u.to_numpy()
-    times = np.arange(0, steps + 1, every) if every else None
+    field = u.to_numpy()  # gathered on every process; only process 0 reports
+    times = np.arange(start, steps + 1, every) if every else None
     return Outcome(args.backend, mesh.size, jax.process_count(), dict(mesh.shape), problem.shape,
-                   steps, seconds, field, snapshots, times, comm)  # fmt: skip
+                   steps, seconds, field, snapshots, times, comm, rank=jax.process_index(),
+                   start=start)  # fmt: skip
 
 
 def _simulate_mpi(problem: Problem, args, progress: _Progress) -> Outcome:
@@ -369,7 +525,10 @@ def report(
         "steps": run.steps, "dtype": args.dtype, "seconds": run.seconds,
         "cell_updates_per_second": run.cell_updates_per_second,
         "checksum": checksum(run.field), **final, "comm": run.comm,
+        "start_step": run.start,
     }  # fmt: skip
+    if getattr(args, "checkpointing", False):
+        result["checkpoint"] = args.checkpoint
     written = []
     if run.snapshots is not None and (args.out or args.plot):
         from pgas.io import to_dataset, write_dataset
@@ -380,7 +539,8 @@ def report(
             attrs={"title": f"pgas example {name}", "backend": run.backend, "mesh": run.mesh,
                    "devices": run.devices, "processes": run.processes, "steps": run.steps,
                    "dtype": args.dtype, "snapshot_every": args.snapshot_every,
-                   "seconds": run.seconds, "checksum": result["checksum"], **attrs,
+                   "seconds": run.seconds, "checksum": result["checksum"],
+                   "start_step": run.start, **attrs,
                    **versions()},
         )  # fmt: skip
         if args.out:

@@ -116,15 +116,13 @@ def job_state(job_id: str, env: dict | None = None) -> str | None:
     return found[-1] if found else None
 
 
-def submit_and_wait(
-    script_path, timeout: float = 120, env: dict | None = None, *, cwd=None, args: tuple = ()
-) -> tuple[str, str]:
-    """sbatch `script_path` (extra sbatch options in `args`, run from `cwd`),
-    wait until the job has ended and return (job_id, final state).  On
-    timeout the job is cancelled and TimeoutError raised."""
+def submit(script_path, env: dict | None = None, *, cwd=None, args: tuple = (),
+           script_args: tuple = ()) -> str:  # fmt: skip
+    """sbatch `script_path` (sbatch options `args`, script arguments `script_args`,
+    submitted from `cwd`); returns the job id."""
     env = cluster_env() if env is None else env
     res = subprocess.run(
-        ["sbatch", "--parsable", *args, str(script_path)],
+        ["sbatch", "--parsable", *args, str(script_path), *script_args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -133,13 +131,30 @@ def submit_and_wait(
     )
     if res.returncode != 0:
         raise ClusterError(f"sbatch failed: {res.stdout}{res.stderr}")
-    job_id = res.stdout.strip().split(";")[0]
+    return res.stdout.strip().split(";")[0]
+
+
+def wait_job(job_id: str, timeout: float = 120, env: dict | None = None) -> str:
+    """Wait until the job has ended; return its final state.  On timeout the job
+    is cancelled and TimeoutError raised."""
+    env = cluster_env() if env is None else env
     deadline = time.monotonic() + timeout
     while True:
         state = job_state(job_id, env)
         if state in FINAL_STATES:
-            return job_id, state
+            return state
         if time.monotonic() > deadline:
             subprocess.run(["scancel", job_id], env=env, timeout=30)
             raise TimeoutError(f"job {job_id} still {state} after {timeout} s")
         time.sleep(0.2)
+
+
+def submit_and_wait(
+    script_path, timeout: float = 120, env: dict | None = None, *, cwd=None, args: tuple = ()
+) -> tuple[str, str]:
+    """sbatch `script_path` (extra sbatch options in `args`, run from `cwd`),
+    wait until the job has ended and return (job_id, final state).  On
+    timeout the job is cancelled and TimeoutError raised."""
+    env = cluster_env() if env is None else env
+    job_id = submit(script_path, env, cwd=cwd, args=args)
+    return job_id, wait_job(job_id, timeout, env)

@@ -60,13 +60,40 @@ def kernel(e):
 INITS = ("random", "gaussian", "sine", "step")
 
 
+def initial_at(i: np.ndarray, n: int, init: str = "random", mode: int = 1,
+               seed: int = 0) -> np.ndarray:  # fmt: skip
+    """The initial temperatures of the cells ``i`` (integer array) of a rod of ``n`` cells.
+
+    Elementwise in ``i``, so a process computes only its own blocks and gets the
+    same bits as :func:`initial` (``random`` advances NumPy's PCG64 stream of
+    ``default_rng(seed)`` to the block's first cell instead of drawing all ``n``).
+    """
+    i = np.asarray(i)
+    if init == "random":
+        flat = i.ravel()
+        if flat.size == 0:
+            return np.zeros(i.shape)
+        lo, hi = int(flat.min()), int(flat.max())
+        bits = np.random.default_rng(seed).bit_generator
+        bits.advance(lo)  # one 64-bit draw per double: skip the cells before this block
+        return np.random.Generator(bits).random(hi - lo + 1)[i - lo]
+    x = i.astype(np.float64)
+    if init == "gaussian":
+        return 0.1 + np.exp(-(((x - (n - 1) / 2) / max(n / 20, 1.0)) ** 2))
+    if init == "sine":
+        return np.sin(mode * np.pi * x / max(n - 1, 1))
+    if init == "step":
+        return np.where(x < n / 2, 1.0, 0.1)
+    raise ValueError(f"--init {init!r} is unknown; choose one of {', '.join(INITS)}")
+
+
 def initial(n: int, init: str = "random", mode: int = 1, seed: int = 0) -> np.ndarray:
     """The initial temperatures u_i, i = 0..n-1 (float64; cast to the field's dtype).
 
-    random: uniform in [0, 1); gaussian: a bump of height 1 and width n/20
-    in the middle, on a background of 0.1; sine: sin(mode*pi*i/(n-1)) (zero at
-    both ends, an eigenmode of the scheme); step: 1 on the left half, 0.1 on
-    the right half.
+    random: uniform in [0, 1) (``numpy.random.default_rng(seed).random(n)``);
+    gaussian: a bump of height 1 and width n/20 in the middle, on a background
+    of 0.1; sine: sin(mode*pi*i/(n-1)) (zero at both ends, an eigenmode of the
+    scheme); step: 1 on the left half, 0.1 on the right half.
 
     The backgrounds are not zero on purpose: by the maximum principle every
     value then stays >= 0.1, never *subnormal* (below ~1e-38 in float32). XLA
@@ -74,27 +101,35 @@ def initial(n: int, init: str = "random", mode: int = 1, seed: int = 0) -> np.nd
     into an exactly-zero region would make the backends differ in the last
     bits of numbers < 1e-38; with the background they agree bit for bit.
     """
-    i = np.arange(n, dtype=np.float64)
-    if init == "random":
-        return np.random.default_rng(seed).random(n)
-    if init == "gaussian":
-        return 0.1 + np.exp(-(((i - (n - 1) / 2) / max(n / 20, 1.0)) ** 2))
-    if init == "sine":
-        return np.sin(mode * np.pi * i / max(n - 1, 1))
-    if init == "step":
-        return np.where(i < n / 2, 1.0, 0.1)
-    raise ValueError(f"--init {init!r} is unknown; choose one of {', '.join(INITS)}")
+    return initial_at(np.arange(n), n, init, mode, seed)
 
 
 def problem(n: int = 1001, dtype: str = "float32", init: str = "random", mode: int = 1,
             seed: int = 0) -> Problem:  # fmt: skip
-    """The heat problem for every backend (``pgas compare examples/heat1d/heat1d.py:problem``)."""
+    """The heat problem for every backend (``pgas compare examples/heat1d/heat1d.py:problem``).
+
+    The initial condition is a function of the global cell index: every process
+    builds only its own blocks (no process holds the whole rod).
+    """
     if int(n) < 3:
         raise ValueError(f"--n {n}: the rod needs at least 3 cells (two fixed ends + one)")
-    u0 = initial(int(n), init, int(mode), int(seed)).astype(dtype)
-    return Problem("heat1d", (int(n),), dtype, lambda i: u0[i], heat, kernel, BOUNDARY,
+    if init not in INITS:
+        raise ValueError(f"--init {init!r} is unknown; choose one of {', '.join(INITS)}")
+    n, mode, seed = int(n), int(mode), int(seed)
+
+    def u0(i):
+        return initial_at(i, n, init, mode, seed).astype(dtype)
+
+    return Problem("heat1d", (n,), dtype, u0, heat, kernel, BOUNDARY,
                    halo=1, region=(slice(1, -1),), mesh_axes=("x",),
                    bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
+
+
+def meta(args) -> dict:
+    """What identifies this problem in a checkpoint (everything but --steps and the output)."""
+    return {"example": "heat1d", "shape": [args.n], "dtype": args.dtype, "init": args.init,
+            "mode": args.mode, "seed": args.seed, "boundary": "keep ends",
+            "scheme": "u[1:-1] = 0.5*u[1:-1] + 0.25*(u[:-2] + u[2:])"}  # fmt: skip
 
 
 # ---- Output -------------------------------------------------------------------------------
@@ -138,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         common.compare_table(__file__, args, kwargs)
     # pgas.run(heat, u, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
     # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = common.run_or_exit(ap, lambda: common.simulate(prob, args))
+    run = common.run_or_exit(ap, lambda: common.simulate(prob, args, meta=meta(args)))
     return common.report(
         run, args, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
         attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,

@@ -102,13 +102,66 @@ def board(size: str = "64x64", pattern: str = "random", at: str | None = None,
     return patterns.place(shape, cells, at=None if at is None else parse_at(at))
 
 
+def _random_at(y: np.ndarray, x: np.ndarray, shape: tuple[int, int], density: float,
+               seed: int) -> np.ndarray:  # fmt: skip
+    """Cells ``(y, x)`` of ``patterns.random_board(shape, density, seed)``, drawing only the
+    rows they span: PCG64 is advanced to the first row (one 64-bit draw per cell)."""
+    y, x = np.broadcast_arrays(y, x)
+    if y.size == 0:
+        return np.zeros(y.shape, np.uint8)
+    patterns.random_board((1, 1), density)  # checks density (the same message)
+    w = shape[1]
+    lo, hi = int(y.min()) * w, (int(y.max()) + 1) * w
+    bits = np.random.default_rng(seed).bit_generator
+    bits.advance(lo)
+    u = np.random.Generator(bits).random(hi - lo)
+    return (u[y * w + x - lo] < float(density)).astype(np.uint8)
+
+
+def initial_fn(size: str = "64x64", pattern: str = "random", at: str | None = None,
+               density: float = 0.3, seed: int = 0):  # fmt: skip
+    """``(shape, init)``: the initial board as a function of global cell indices ``(y, x)``.
+
+    Equal to :func:`board` cell for cell, but a process evaluates only its own
+    blocks: random boards advance the generator to the block's rows; a pattern is
+    looked up in its own (small) array.
+    """
+    shape = parse_size(size)
+    if pattern == "random":
+        density, seed = float(density), int(seed)
+        patterns.random_board((1, 1), density)  # a bad density fails here, before JAX starts
+        return shape, lambda y, x: _random_at(y, x, shape, density, seed)
+    cells = (patterns.load_pattern(pattern) != 0).astype(np.uint8)
+    (rows, cols), (ph, pw) = shape, cells.shape
+    y0, x0 = ((rows - ph) // 2, (cols - pw) // 2) if at is None else parse_at(at)
+    if y0 < 0 or x0 < 0 or y0 + ph > rows or x0 + pw > cols:
+        patterns.place(shape, cells, at=None if at is None else (y0, x0))  # raises, with the fix
+
+    def init(y, x):
+        y, x = np.broadcast_arrays(y - y0, x - x0)
+        inside = (y >= 0) & (y < ph) & (x >= 0) & (x < pw)
+        return np.where(inside, cells[np.clip(y, 0, ph - 1), np.clip(x, 0, pw - 1)], 0)
+
+    return shape, init
+
+
 def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
             density: float = 0.3, seed: int = 0, dtype: str = "uint8") -> Problem:  # fmt: skip
-    """The Life problem for every backend (``pgas compare examples/life/life.py:problem``)."""
-    b0 = board(size, pattern, at, density, seed).astype(dtype)
-    return Problem("life", b0.shape, dtype, lambda y, x: b0[y, x], life, kernel, BOUNDARY,
-                   halo=1, region=None, mesh_axes=("y", "x"),
+    """The Life problem for every backend (``pgas compare examples/life/life.py:problem``).
+
+    The board is built block by block from :func:`initial_fn` (process-local).
+    """
+    shape, init = initial_fn(size, pattern, at, density, seed)
+    return Problem("life", shape, dtype, lambda y, x: init(y, x).astype(dtype), life, kernel,
+                   BOUNDARY, halo=1, region=None, mesh_axes=("y", "x"),
                    bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
+
+
+def meta(args, kwargs: dict) -> dict:
+    """What identifies this problem in a checkpoint (everything but --steps and the output)."""
+    return {"example": "life", "shape": list(args.size), "dtype": args.dtype,
+            "pattern": args.pattern, "at": kwargs["at"], "density": args.density,
+            "seed": args.seed, "rule": "B3/S23", "boundary": "periodic"}  # fmt: skip
 
 
 # ---- Output -------------------------------------------------------------------------------
@@ -160,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         common.compare_table(__file__, args, kwargs)
     # pgas.run(life, g, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
     # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = common.run_or_exit(ap, lambda: common.simulate(prob, args))
+    run = common.run_or_exit(ap, lambda: common.simulate(prob, args, meta=meta(args, kwargs)))
     return common.report(
         run, args, name="life", var="board", dims=("y", "x"), diagnostics=diagnostics,
         attrs={"size": kwargs["size"], "pattern": args.pattern, "at": kwargs["at"] or "centre",

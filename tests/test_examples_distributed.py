@@ -1,0 +1,227 @@
+"""The examples as multi-process jobs: mpiexec runs, checkpoint/restart after SIGKILL, errors.
+
+Multi-process runs start ``mpiexec -n P python examples/.../x.py --backend auto`` (MPICH
+from PyPI; one CPU device per process, gloo collectives); the example detects mpiexec
+and calls ``pgas.distributed.initialize()``. Their checksums must equal the
+single-process run (in this process, conftest's devices) and NumPy, bitwise. The
+restart test kills a 2-process run after its 2nd checkpoint (the example's test hook
+``PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT``) and restarts it in this process on 3 devices.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from pgas import checkpoint
+from pgas.problem import checksum
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAT = ROOT / "examples" / "heat1d" / "heat1d.py"
+LIFE = ROOT / "examples" / "life" / "life.py"
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec; pip install mpich")
+
+
+def _load(name: str, path: Path):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+H = _load("pgas_examples_heat1d", HEAT)
+L = _load("pgas_examples_life", LIFE)
+
+HEAT_ARGS = ["--n", "1001", "--steps", "60", "--init", "random", "--seed", "3"]
+LIFE_ARGS = ["--size", "37x50", "--density", "0.4", "--seed", "9", "--steps", "30"]
+
+
+def heat_reference(steps: int = 60) -> np.ndarray:
+    u = H.initial(1001, "random", seed=3).astype(np.float32)
+    for _ in range(steps):
+        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def life_reference(steps: int = 30) -> np.ndarray:
+    b = L.patterns.random_board((37, 50), 0.4, seed=9)
+    for _ in range(steps):
+        b = L.patterns.life_step_numpy(b)
+    return b
+
+
+def _env(**extra: str) -> dict[str, str]:
+    drop = ("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM", "PGAS_", "XLA_FLAGS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _mpiexec(n: int, script: Path, *args: str, timeout: float = 120, **env: str):
+    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, str(script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(**env),
+                          cwd=ROOT)  # fmt: skip
+
+
+def _json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _fails(main, argv, capsys, *needles) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+# ---- multi-process runs equal the single-process run ------------------------------------
+@needs_mpiexec
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("example", ["heat1d", "life"])
+def test_mpiexec_run_equals_single_process(example, n, tmp_path, capsys):
+    main, script, args, ref = {
+        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference),
+        "life": (L.main, LIFE, LIFE_ARGS, life_reference),
+    }[example]
+    main([*args, "--devices", "1", "--json", "--quiet"])  # single process, in this process
+    single = _json(capsys.readouterr().out)
+    assert single["checksum"] == checksum(ref())
+    out = tmp_path / f"{example}.nc"
+    extra = ["--out", str(out), "--snapshot-every", "10", "--verbose"] if n == 4 else []
+    r = _mpiexec(n, script, *args, "--json", "--quiet", *extra)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == 1, r.stdout  # the JSON line from process 0 only
+    d = json.loads(lines[0])
+    assert d["processes"] == n and d["devices"] == n
+    assert d["checksum"] == single["checksum"]
+    if n == 4:
+        assert "pgas: 4 process(es), 4 device(s)" in r.stdout  # --verbose, process 0 only
+        assert r.stdout.count("pgas: ") == 1
+        with xr.open_dataset(out) as ds:  # written by process 0 from the gathered field
+            assert ds.attrs["processes"] == 4 and ds.attrs["checksum"] == d["checksum"]
+            assert int(ds["time"][-1]) == int(args[args.index("--steps") + 1])
+            final = ds[list(ds.data_vars)[0]].values[-1]
+            assert checksum(final) == d["checksum"]
+
+
+# ---- checkpoint / restart ---------------------------------------------------------------
+@needs_mpiexec
+@pytest.mark.slow
+def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys):
+    """2 processes, checkpoint every 10 steps, SIGKILLed after the 2nd (step 20); restarted
+    on 1 process with 3 devices: the final field equals an uninterrupted run bitwise."""
+    ck, out, log = tmp_path / "heat.ckpt", tmp_path / "heat.nc", tmp_path / "run.log"
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(HEAT), *HEAT_ARGS, "--json",
+           "--quiet", "--checkpoint-every", "10", "--restart", "--checkpoint", str(ck),
+           "--out", str(out), "--snapshot-every", "10"]  # fmt: skip
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=_env(PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT="2"),
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=ROOT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "SLEEPING" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    text = log.read_text()
+    assert "no checkpoint" in text and "SLEEPING after checkpoint 2 (step 20)" in text
+    assert checkpoint.latest(ck) == 20 and not out.exists()
+
+    H.main([*HEAT_ARGS, "--devices", "3", "--json", "--quiet", "--checkpoint-every", "10",
+            "--restart", "--checkpoint", str(ck), "--out", str(out),
+            "--snapshot-every", "10"])  # fmt: skip
+    captured = capsys.readouterr()
+    d = _json(captured.out)
+    assert "restart: from step 20" in captured.err
+    assert d["start_step"] == 20 and d["processes"] == 1 and d["devices"] == 3
+    assert d["checksum"] == checksum(heat_reference())
+    assert checkpoint.latest(ck) == 60
+    with xr.open_dataset(out) as ds:  # the snapshots from the restart point on
+        assert ds["time"].values.tolist() == [20, 30, 40, 50, 60]
+        assert ds.attrs["start_step"] == 20
+        assert checksum(ds["u"].values[-1]) == d["checksum"]
+
+
+def test_restart_continues_across_backends_and_meshes(tmp_path, capsys):
+    first, second = "explicit", "auto"
+    ck = tmp_path / "life.ckpt"
+    base = [*LIFE_ARGS, "--checkpoint", str(ck), "--json", "--quiet"]
+    L.main(
+        [*base, "--steps", "12", "--backend", first, "--devices", "4", "--checkpoint-every", "4"]
+    )
+    assert _json(capsys.readouterr().out)["checksum"] == checksum(life_reference(12))
+    assert checkpoint.latest(ck) == 12
+    L.main([*base, "--steps", "30", "--backend", second, "--devices", "2",
+            "--checkpoint-every", "6", "--restart"])  # fmt: skip
+    d = _json(capsys.readouterr().out)
+    assert d["start_step"] == 12 and d["checksum"] == checksum(life_reference(30))
+    assert checkpoint.latest(ck) == 30
+
+
+def test_restart_without_checkpoint_starts_fresh(tmp_path, capsys):
+    ck = tmp_path / "none.ckpt"
+    H.main([*HEAT_ARGS, "--devices", "2", "--json", "--quiet", "--restart", "--checkpoint",
+            str(ck), "--checkpoint-every", "30"])  # fmt: skip
+    d = _json(capsys.readouterr().out)
+    assert d["start_step"] == 0 and d["checksum"] == checksum(heat_reference())
+    assert checkpoint.latest(ck) == 60
+
+
+def test_another_problems_or_corrupt_checkpoint_is_refused(tmp_path, capsys):
+    ck = tmp_path / "heat.ckpt"
+    H.main([*HEAT_ARGS, "--steps", "20", "--devices", "2", "--quiet", "--checkpoint",
+            str(ck), "--checkpoint-every", "10"])  # fmt: skip
+    assert checkpoint.latest(ck) == 20
+    restart = ["--quiet", "--restart", "--checkpoint", str(ck)]
+    _fails(H.main, [*HEAT_ARGS, "--seed", "4", *restart], capsys, "--restart refused",
+           "another problem", "meta['seed'] expected 4")  # fmt: skip
+    _fails(H.main, [*HEAT_ARGS, "--init", "sine", *restart], capsys, "meta['init']")
+    _fails(H.main, [*HEAT_ARGS, "--n", "1002", *restart], capsys, "shape (1001,)", "(1002,)")
+    _fails(H.main, [*HEAT_ARGS, "--dtype", "float64", *restart], capsys, "dtype float32")
+    _fails(L.main, [*LIFE_ARGS, *restart], capsys, "shape (1001,)", "(37, 50)")
+    _fails(H.main, [*HEAT_ARGS, "--steps", "10", *restart], capsys, "beyond --steps 10")
+    version = ck / (ck / "LATEST").read_text().strip()
+    block = sorted((version / "f0").glob("*.npy"))[0]
+    raw = bytearray(block.read_bytes())
+    raw[-1] ^= 0xFF
+    block.write_bytes(bytes(raw))
+    _fails(H.main, [*HEAT_ARGS, *restart], capsys, "damaged")
+    (version / "manifest.json").unlink()
+    _fails(H.main, [*HEAT_ARGS, *restart], capsys, "incomplete")
+
+
+def test_mpi_backend_cannot_checkpoint(capsys):
+    _fails(H.main, ["--backend", "mpi", "--checkpoint-every", "10"], capsys,
+           "--backend auto and explicit only")  # fmt: skip
+    _fails(L.main, ["--snapshot-every", "4", "--steps", "24", "--checkpoint-every", "6"],
+           capsys, "multiple of --snapshot-every 4")  # fmt: skip
+
+
+@needs_mpiexec
+def test_process_count_mismatch_exits_with_message():
+    t0 = time.monotonic()
+    r = _mpiexec(2, HEAT, *HEAT_ARGS, "--quiet", timeout=60, PGAS_NUM_PROCESSES="3")
+    assert r.returncode != 0
+    assert "ProcessCountError" in r.stderr and "PGAS_NUM_PROCESSES" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
