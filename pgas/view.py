@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ import numpy as np
 
 from pgas.array import GlobalArray
 from pgas.errors import DTypeMismatchError, IndexingError, LayoutError, ShapeMismatchError
-from pgas.halo import extend
+from pgas.halo import extend, shifted, slabs
 
 __all__ = ["View", "shift", "where", "apply"]
 
@@ -130,6 +131,8 @@ class _Leaf(View):
     def _eval(self, target, ext):
         offset = tuple(s - t for s, t in zip(self.start, target))
         blocks, widths = ext[id(self.array)]
+        if isinstance(widths, _Slabs):
+            return shifted(blocks, widths.axis, offset[widths.axis], widths.left, widths.right)
         lay = self.array.layout
         for axis, (k, h, ax) in enumerate(zip(offset, widths, lay.axes)):
             if h:
@@ -394,6 +397,12 @@ def _assign(array: GlobalArray, key, value) -> jax.Array:
         for axis, h in enumerate(widths):
             if h:
                 arr.layout.check_halo(axis, h)
+        axes = [axis for axis, h in enumerate(widths) if h]
+        if len(axes) == 1 and arr.layout.even and arr.dtype != np.bool_:
+            ext[key_id] = (blocks, _slabs(blocks, arr.layout, axes[0], widths[axes[0]]))
+            continue
+        for axis, h in enumerate(widths):
+            if h:
                 blocks = extend(
                     blocks, axis, h, arr.layout.axes[axis], arr.layout.boundary[axis],
                     arr.layout.block_iota(axis),
@@ -408,6 +417,23 @@ def _assign(array: GlobalArray, key, value) -> jax.Array:
     mask = lay.window_mask(start, extent, reach)
     result = new if mask is None else jnp.where(mask, new, old)
     return lay.from_blocks(jnp.broadcast_to(result, old.shape))
+
+
+class _Slabs(NamedTuple):
+    """The halo slabs of an array extended along one axis only (read with ``shifted``)."""
+
+    axis: int
+    left: jax.Array
+    right: jax.Array
+
+
+def _slabs(blocks: jax.Array, lay, axis: int, width: int) -> _Slabs:
+    nb = blocks.shape[2 * axis + 1]
+    first = jax.lax.slice_in_dim(blocks, 0, width, axis=2 * axis + 1)
+    last = jax.lax.slice_in_dim(blocks, nb - width, nb, axis=2 * axis + 1)
+    left, right = slabs(first, last, axis, width, lay.axes[axis], lay.boundary[axis],
+                        lay.block_iota(axis))  # fmt: skip
+    return _Slabs(axis, left, right)
 
 
 def _setitem(self: GlobalArray, key, value) -> None:
