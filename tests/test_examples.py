@@ -21,6 +21,7 @@ import pytest
 import xarray as xr
 
 import pgas
+import pgas.driver
 from pgas.problem import checksum
 
 # Start JAX now with conftest's 8 devices: the examples' --devices N then picks N of them
@@ -240,7 +241,7 @@ def test_sizes_must_be_positive(capsys):
 
 
 def test_unwritable_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(H.common, "simulate", lambda *a: pytest.fail("ran before --out check"))
+    monkeypatch.setattr(pgas.driver, "simulate", lambda *a: pytest.fail("ran before --out check"))
     _fails(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
            "mkdir")  # fmt: skip
     _fails(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")

@@ -16,21 +16,11 @@ one JSON line; see examples/heat1d/README.md.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 
 import pgas
+from pgas import driver
 from pgas.problem import Problem
-
-_spec = importlib.util.spec_from_file_location(
-    "pgas_examples_common", Path(__file__).resolve().parents[1] / "common.py")  # fmt: skip
-common = sys.modules.get("pgas_examples_common") or importlib.util.module_from_spec(_spec)
-if "pgas_examples_common" not in sys.modules:
-    sys.modules["pgas_examples_common"] = common
-    _spec.loader.exec_module(common)
 
 # ---- Physics ------------------------------------------------------------------------------
 # The heat equation du/dt = alpha * d2u/dx2 on cells i = 0 .. N-1. The two end
@@ -141,7 +131,7 @@ def diagnostics(u: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def summary(r: dict) -> str:
-    return (common.describe(r) + f"\n  max {r['max']:.6g}, mean {r['mean']:.6g}, "
+    return (driver.describe(r) + f"\n  max {r['max']:.6g}, mean {r['mean']:.6g}, "
             f"l2 {r['l2']:.6g}")  # fmt: skip
 
 
@@ -154,27 +144,27 @@ def plot(ds, path: str):
 
 # ---- Time loop ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = common.make_parser(__doc__, steps=1000, dtypes=("float32", "float64"),
+    ap = driver.make_parser(__doc__, steps=1000, dtypes=("float32", "float64"),
                             plots="space-time heat map + final profile (.png)")  # fmt: skip
     h = ap.add_argument_group("heat1d")
     h.add_argument(
         "--n",
-        type=common.positive_int,
+        type=driver.positive_int,
         default=1001,
         help="cells of the rod, e.g. 1_000_003 (default 1001)",
     )
     h.add_argument("--init", choices=INITS, default="random", help="initial condition")
-    h.add_argument("--mode", type=common.positive_int, default=1, help="k of --init sine")
+    h.add_argument("--mode", type=driver.positive_int, default=1, help="k of --init sine")
     args = ap.parse_args(argv)
     kwargs = dict(n=args.n, dtype=args.dtype, init=args.init, mode=args.mode, seed=args.seed)
-    prob = common.run_or_exit(ap, lambda: problem(**kwargs))
-    common.prepare(ap, args, __file__, plot_suffixes=(".png", ".pdf", ".svg"), snapshots=64)
+    prob = driver.run_or_exit(ap, lambda: problem(**kwargs))
+    driver.prepare(ap, args, __file__, plot_suffixes=(".png", ".pdf", ".svg"), snapshots=64)
     if args.compare:
-        common.compare_table(__file__, args, kwargs)
+        driver.compare_table(__file__, args, kwargs)
     # pgas.run(heat, u, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
     # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = common.run_or_exit(ap, lambda: common.simulate(prob, args, meta=meta(args)))
-    return common.report(
+    run = driver.run_or_exit(ap, lambda: driver.simulate(prob, args, meta=meta(args)))
+    return driver.report(
         run, args, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
         attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,
                "scheme": "u[1:-1] = 0.5*u[1:-1] + 0.25*(u[:-2] + u[2:]), ends kept"},

@@ -16,24 +16,17 @@ examples/life/README.md.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import pgas
+from pgas import driver
 from pgas.problem import Problem
 
-_here = Path(__file__).resolve().parent
-for _name, _path in (("pgas_examples_common", _here.parent / "common.py"),
-                     ("pgas_examples_life_patterns", _here / "patterns.py")):  # fmt: skip
-    if _name not in sys.modules:
-        _spec = importlib.util.spec_from_file_location(_name, _path)
-        sys.modules[_name] = importlib.util.module_from_spec(_spec)
-        _spec.loader.exec_module(sys.modules[_name])
-common = sys.modules["pgas_examples_common"]
-patterns = sys.modules["pgas_examples_life_patterns"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # patterns.py, beside this file
+import patterns  # noqa: E402
 
 # ---- Physics ------------------------------------------------------------------------------
 # B3/S23: n = number of live cells among the 8 neighbours; a dead cell with
@@ -171,7 +164,7 @@ def diagnostics(b: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def summary(r: dict) -> str:
-    return common.describe(r) + f"\n  population {r['population']}"
+    return driver.describe(r) + f"\n  population {r['population']}"
 
 
 def plot(ds, path: str):
@@ -183,7 +176,7 @@ def plot(ds, path: str):
 
 # ---- Time loop ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = common.make_parser(__doc__, steps=200, dtypes=("uint8", "int8", "int16", "int32"),
+    ap = driver.make_parser(__doc__, steps=200, dtypes=("uint8", "int8", "int16", "int32"),
                             plots="final board (.png) or animation (.gif); repeatable")  # fmt: skip
     g = ap.add_argument_group("life")
     g.add_argument(
@@ -207,14 +200,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     kwargs = dict(size=f"{args.size[0]}x{args.size[1]}", pattern=args.pattern,
                   at=None if args.at is None else f"{args.at[0]},{args.at[1]}",
                   density=args.density, seed=args.seed, dtype=args.dtype)  # fmt: skip
-    prob = common.run_or_exit(ap, lambda: problem(**kwargs))
-    common.prepare(ap, args, __file__, plot_suffixes=(".png", ".gif"), snapshots=100)
+    prob = driver.run_or_exit(ap, lambda: problem(**kwargs))
+    driver.prepare(ap, args, __file__, plot_suffixes=(".png", ".gif"), snapshots=100)
     if args.compare:
-        common.compare_table(__file__, args, kwargs)
+        driver.compare_table(__file__, args, kwargs)
     # pgas.run(life, g, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
     # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = common.run_or_exit(ap, lambda: common.simulate(prob, args, meta=meta(args, kwargs)))
-    return common.report(
+    run = driver.run_or_exit(ap, lambda: driver.simulate(prob, args, meta=meta(args, kwargs)))
+    return driver.report(
         run, args, name="life", var="board", dims=("y", "x"), diagnostics=diagnostics,
         attrs={"size": kwargs["size"], "pattern": args.pattern, "at": kwargs["at"] or "centre",
                "density": args.density, "seed": args.seed, "rule": "B3/S23", "topology": "torus"},

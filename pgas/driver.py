@@ -1,8 +1,9 @@
-"""What the examples share: command line, the three backends, output (JSON, Dataset, plots).
+"""Driver: run a :class:`~pgas.problem.Problem` from the command line, on any backend.
 
-The examples (``heat1d/heat1d.py``, ``life/life.py``) keep the science (physics,
-numerics, initial conditions) and hand this module a :class:`pgas.problem.Problem`;
-this module runs it on the chosen backend and writes the results:
+The examples (``examples/heat1d/heat1d.py``, ``examples/life/life.py``) keep the
+science (physics, numerics, initial conditions) and hand this module a
+:class:`pgas.problem.Problem`; the driver parses the shared options, runs it on
+the chosen backend and writes the results:
 
 - ``auto``: the global-view ``step`` under :func:`pgas.run`, on a mesh of
   ``--devices`` JAX devices (compiled chunks; snapshots come out of one
@@ -14,8 +15,7 @@ this module runs it on the chosen backend and writes the results:
 
 Timings exclude compilation (a warm-up run compiles the same program first),
 snapshot gathers and the progress bar. Every user error ends the program with
-exit code 2 and a message that says what to change. The examples load this
-file by path (``examples/`` is not a package).
+exit code 2 and a message that says what to change.
 """
 
 from __future__ import annotations
