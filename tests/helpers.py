@@ -30,3 +30,18 @@ def heat3d_numpy(u: np.ndarray, steps: int) -> np.ndarray:
              + u[1:-1, 2:, 1:-1] + u[1:-1, 1:-1, :-2] + u[1:-1, 1:-1, 2:])  # fmt: skip
         u[1:-1, 1:-1, 1:-1] = c * u[1:-1, 1:-1, 1:-1] + w * s
     return u
+
+
+def load_example(name: str):
+    """The example ``examples/<name>/<name>.py`` as a module (loaded once per process)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    key = f"pgas_examples_{name}"
+    if key not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "examples" / name / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(key, path)
+        sys.modules[key] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[key])
+    return sys.modules[key]

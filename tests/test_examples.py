@@ -8,7 +8,6 @@ launch per example, checked bitwise against NumPy), and one subprocess checks
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 import xarray as xr
+from helpers import load_example
 
 import pgas
 import pgas.driver
@@ -34,16 +34,9 @@ LIFE = ROOT / "examples" / "life" / "life.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
-
-H = _load("pgas_examples_heat1d", HEAT)
-L = _load("pgas_examples_life", LIFE)
+H = load_example("heat1d")
+L = load_example("life")
 P = L.patterns
 
 

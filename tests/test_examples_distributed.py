@@ -10,7 +10,6 @@ restart test kills a 2-process run after its 2nd checkpoint (the example's test 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from helpers import load_example
 
 from pgas import checkpoint
 from pgas.problem import checksum
@@ -33,16 +33,9 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec; pip install mpich")
 
 
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
-
-H = _load("pgas_examples_heat1d", HEAT)
-L = _load("pgas_examples_life", LIFE)
+H = load_example("heat1d")
+L = load_example("life")
 
 HEAT_ARGS = ["--n", "1001", "--steps", "60", "--init", "random", "--seed", "3"]
 LIFE_ARGS = ["--size", "37x50", "--density", "0.4", "--seed", "9", "--steps", "30"]

@@ -7,12 +7,11 @@ In-process (conftest: 8 CPU devices, x64): the example's own ``problem``,
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_example
 
 import pgas
 from pgas import explicit
@@ -22,15 +21,8 @@ from pgas.problem import checksum
 _PATH = Path(__file__).resolve().parents[1] / "examples" / "heat1d" / "heat1d.py"
 
 
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
-
-H = _load("pgas_examples_heat1d", _PATH)
+H = load_example("heat1d")
 
 
 def history(prob, backend: str, devices: int, steps: int) -> np.ndarray:

@@ -8,12 +8,11 @@ compared with examples/life/patterns.py (``life_step_numpy``) bit for bit.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_example
 
 import pgas
 from pgas import explicit
@@ -22,15 +21,8 @@ from pgas.compare import _build
 _DIR = Path(__file__).resolve().parents[1] / "examples" / "life"
 
 
-def _load(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
-
-L = _load("pgas_examples_life", _DIR / "life.py")
+L = load_example("life")
 P = L.patterns
 
 MESHES = {"2x4": (2, 4), "4x2": (4, 2), "3x1": (3, 1)}

@@ -1,0 +1,58 @@
+"""The benchmark driver runs end to end at a tiny size, writes its JSON and plots."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC), reason="needs mpiexec next to the interpreter")
+def test_tiny_run_writes_results_and_plots(tmp_path):
+    out = tmp_path / "bench"
+    subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--tiny", "--out", str(out)],
+        check=True,
+        timeout=300,
+    )
+    res = json.loads((out / "results.json").read_text())
+    for key in (
+        "cpu_model",
+        "cores",
+        "memory_bytes",
+        "device_kind",
+        "jax",
+        "numpy",
+        "pgas",
+        "date",
+    ):
+        assert key in res["machine"]
+    assert set(res["throughput"]) == {"heat1d_f32", "heat1d_f64", "life_u8"}
+    for stencil, rows in res["throughput"].items():
+        backends = {r["backend"] for r in rows}
+        assert {"auto", "explicit", "naive", "numpy", "mpi", "handwritten"} <= backends, stencil
+        for r in rows:
+            assert "error" not in r, r
+            assert {
+                "seconds_median",
+                "seconds_min",
+                "seconds_max",
+                "cells_per_s_median",
+                "x_roofline",
+            } <= set(r)
+            if r["backend"] in ("explicit", "naive"):
+                assert r["equal_to_auto"] is True
+    for r in res["roofline"]["heat1d_f32"]:
+        assert r["bytes_per_cell"] == 8 and r["ceiling_cells_per_s"] > 0
+    assert {r["workers"] for r in res["scaling"]["strong"]} >= {1, 2}
+    auto2 = [r for r in res["scaling"]["strong"] if r["backend"] == "auto" and r["workers"] == 2][0]
+    assert auto2["comm"]["messages_per_step"] >= 2 and auto2["comm"]["ideal_bytes_per_step"] > 0
+    assert auto2["memory"]["peak_over_block"] > 0
+    mpi2 = [r for r in res["scaling"]["strong"] if r["backend"] == "mpi" and r["workers"] == 2][0]
+    assert mpi2["comm"]["messages_per_step"] == 2
+    for name in res["plots"]:
+        assert (out / name).stat().st_size > 1000
