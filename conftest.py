@@ -14,6 +14,7 @@ import pgas  # noqa: E402
 
 pgas.use_cpu_devices(8)
 jax.config.update("jax_enable_x64", True)
+jax.devices()  # start the backend now: in-process runs of the examples cannot change the count
 
 
 def pytest_report_header(config):
