@@ -279,8 +279,10 @@ def save(
             shutil.rmtree(tmp, ignore_errors=True)  # debris of a killed save
             (tmp / "parts").mkdir(parents=True)
         except (OSError, CheckpointError) as err:
-            error = err if isinstance(err, CheckpointError) else CheckpointError(
-                f"cannot create the checkpoint directory {str(tmp)!r}: {err}"
+            error = (
+                err
+                if isinstance(err, CheckpointError)
+                else CheckpointError(f"cannot create the checkpoint directory {str(tmp)!r}: {err}")
             )
     _agree(error, "creating the checkpoint directory")
 
@@ -327,8 +329,12 @@ def save(
             _fsync_dir(tmp)
             final = _commit(tmp, root, step, keep)
         except (OSError, ValueError, KeyError) as err:
-            error = err if isinstance(err, CheckpointError) else CheckpointError(
-                f"committing the checkpoint {str(tmp)!r} failed: {type(err).__name__}: {err}"
+            error = (
+                err
+                if isinstance(err, CheckpointError)
+                else CheckpointError(
+                    f"committing the checkpoint {str(tmp)!r} failed: {type(err).__name__}: {err}"
+                )
             )
     _agree(error, "committing the checkpoint")
     if final is None:
@@ -452,8 +458,10 @@ class _BlockReader:
                 raise CorruptCheckpointError(
                     f"checkpoint {str(self.version)!r}: block file {name} is unreadable ({err})"
                 ) from None
-            if list(data.shape) != b["shape"] or data.dtype != self.dtype or (
-                _sha256(data) != b["sha256"]
+            if (
+                list(data.shape) != b["shape"]
+                or data.dtype != self.dtype
+                or (_sha256(data) != b["sha256"])
             ):
                 raise CorruptCheckpointError(
                     f"checkpoint {str(self.version)!r}, field {self.field['name']}: block file "

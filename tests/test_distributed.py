@@ -33,8 +33,15 @@ STEPS = 40
         ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "mpi"),
         ({"OMPI_COMM_WORLD_SIZE": "2"}, "mpi"),
         ({"PMIX_RANK": "0"}, "mpi"),
-        ({"PMI_RANK": "1", "SLURM_JOB_ID": "3", "SLURM_STEP_NODELIST": "n1", "SLURM_PROCID": "0"},
-         "mpi"),  # mpiexec inside a Slurm allocation: MPI wins
+        (
+            {
+                "PMI_RANK": "1",
+                "SLURM_JOB_ID": "3",
+                "SLURM_STEP_NODELIST": "n1",
+                "SLURM_PROCID": "0",
+            },
+            "mpi",
+        ),  # mpiexec inside a Slurm allocation: MPI wins
         ({"SLURM_JOB_ID": "3", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "1"}, "slurm"),
         ({"SLURM_JOB_ID": "3"}, "none"),  # sbatch shell, not an srun step
         ({}, "none"),

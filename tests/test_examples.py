@@ -34,7 +34,6 @@ LIFE = ROOT / "examples" / "life" / "life.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
-
 H = load_example("heat1d")
 L = load_example("life")
 P = L.patterns

@@ -33,7 +33,6 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec; pip install mpich")
 
 
-
 H = load_example("heat1d")
 L = load_example("life")
 

@@ -21,7 +21,6 @@ from pgas.problem import checksum
 _PATH = Path(__file__).resolve().parents[1] / "examples" / "heat1d" / "heat1d.py"
 
 
-
 H = load_example("heat1d")
 
 

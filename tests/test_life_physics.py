@@ -21,7 +21,6 @@ from pgas.compare import _build
 _DIR = Path(__file__).resolve().parents[1] / "examples" / "life"
 
 
-
 L = load_example("life")
 P = L.patterns
 
