@@ -20,7 +20,7 @@ def _heat_reference(n):
     return heat_numpy((np.sin(0.37 * i) ** 2).astype(np.float32), 20)
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_heat_mpi_ranks_bitwise(ranks):
     r = run_mpi(f"{PROBLEMS}:heat", 20, ranks, n=1001)
     np.testing.assert_array_equal(r.field, _heat_reference(1001))
@@ -67,3 +67,10 @@ def test_compare_errors():
         compare(f"{PROBLEMS}:nope", 1)
     with pytest.raises(pgas.PgasError, match="file.py:factory"):
         compare("heat", 1)
+
+
+def test_missing_mpiexec_is_explained(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pgas.PgasError, match="pip install mpi4py mpich"):
+        run_mpi(f"{PROBLEMS}:heat", 1, 2)
