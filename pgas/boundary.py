@@ -3,7 +3,8 @@
 A boundary condition belongs to the array (per axis and per face), not to the
 stencil. It says what a read *beyond the edge* sees, both in the automatic path
 (``pgas.shift`` and slices that reach into the halo) and in the explicit paths
-(the ghost cells :func:`pgas.exchange_halo` fills at the domain edge):
+(the ghost cells that :func:`pgas.explicit.exchange_halo` and
+:func:`pgas.mpi.exchange_halo` fill at the domain edge):
 
 ====================  ==========================================  ========================
 condition             ghost cell ``-1 - j`` (low face) reads      cells the array keeps
