@@ -12,13 +12,15 @@ seen from ``u[1:-1]`` is ``u`` shifted by -1). Assignment
 
 1. collects the offsets per array and axis; their largest magnitude is the halo
    width that axis needs (checked against the declared halo and the block size);
-2. extends each array's blocks by that width, axis after axis
-   (:func:`pgas.halo.extend`: two collective-permutes per split axis, corners
-   included);
-3. evaluates the expression on local slices of the extended blocks (no further
-   communication) and writes it where the window is (a mask built from global
-   indices; cells outside it, padding, and the outer cells of a ``Keep`` face
-   keep their values).
+2. exchanges each array's halo slabs of that width, axis after axis (two
+   collective-permutes per split axis, corners included). An array read
+   across one axis only keeps its slabs apart and reads each neighbour lazily
+   (:func:`pgas.halo.shifted`); otherwise its blocks are extended
+   (:func:`pgas.halo.extend`);
+3. evaluates the expression on local reads of the (extended) blocks (no
+   further communication) and writes it where the window is (a mask built from
+   global indices; cells outside it, padding, and the outer cells of a
+   ``Keep`` face keep their values).
 
 So the compiled program sends halo-sized collective-permutes and never gathers
 the array. :func:`shift` reads across the domain edge by the array's boundary
