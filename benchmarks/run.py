@@ -6,6 +6,7 @@ Writes DIR/results.json, DIR/*.png and regenerates the results table of
 benchmarks/README.md (between the marker comments; not in --tiny mode or with
 --no-readme). Device counts differ per process, so every configuration runs in
 its own subprocess (JAX: XLA_FLAGS device count; MPI: mpiexec -n P).
+The deep-halo sweep (benchmarks/deep_halo.py) runs last, under the key "deep_halo".
 """
 
 from __future__ import annotations
@@ -259,6 +260,11 @@ def main(argv=None) -> dict:
                 )
             )
     res["ratios"] = ratios(res)
+
+    # 4. deep halos: halo width k exchanged every k steps (heat1d f32, periodic), 1-4 devices
+    import deep_halo
+
+    res["deep_halo"] = deep_halo.sweep("tiny" if mode == "tiny" else "full")
     res["total_seconds"] = time.perf_counter() - t0
 
     import plots

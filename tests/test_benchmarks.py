@@ -56,3 +56,16 @@ def test_tiny_run_writes_results_and_plots(tmp_path):
     assert mpi2["comm"]["messages_per_step"] == 2
     for name in res["plots"]:
         assert (out / name).stat().st_size > 1000
+    deep = res["deep_halo"]["results"]
+    assert {(r["devices"], r["k"]) for r in deep} == {
+        (d, k) for d in (1, 2, 4) for k in (1, 2, 4, 8)
+    }
+    for r in deep:
+        assert "error" not in r, r
+        assert r["equal_to_k1"] is True and r["equal_to_numpy_small"] is True, r
+        assert r["cells_per_s_median"] > 0 and r["seconds_per_step"] > 0
+        if r["devices"] > 1:  # one exchange (2 permutes of k cells) per k steps
+            assert r["comm"]["permutes_per_step"] == 2 / r["k"]
+            assert r["comm"]["bytes_per_step"] == 2 * 4  # 2 sides x k cells x 4 B / k
+        else:
+            assert r["comm"]["permutes_per_step"] == 0
