@@ -41,6 +41,7 @@ def main() -> None:
 
     from common import (
         DTYPES,
+        example_stencils,
         heat_np,
         init_heat,
         init_life,
@@ -56,36 +57,8 @@ def main() -> None:
     heat = a.stencil.startswith("heat")
     out = {"devices": a.devices, "stencil": a.stencil, "results": []}
 
-    def heat_step(u):
-        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
-        return u
-
-    def heat_kernel(e):
-        return 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
-
-    def life_step(g):
-        n = sum(
-            pgas.shift(pgas.shift(g, dy, 0), dx, 1)
-            for dy in (-1, 0, 1)
-            for dx in (-1, 0, 1)
-            if (dy, dx) != (0, 0)
-        )
-        g[...] = ((n == 3) | ((g == 1) & (n == 2))).astype("uint8")
-        return g
-
-    def life_kernel(e):
-        c = e[1:-1, 1:-1]
-        n = (
-            e[:-2, :-2]
-            + e[:-2, 1:-1]
-            + e[:-2, 2:]
-            + e[1:-1, :-2]
-            + e[1:-1, 2:]
-            + e[2:, :-2]
-            + e[2:, 1:-1]
-            + e[2:, 2:]
-        )
-        return ((n == 3) | ((c == 1) & (n == 2))).astype(c.dtype)
+    heat_step, heat_kernel = example_stencils("heat1d")
+    life_step, life_kernel = example_stencils("life")
 
     def naive_heat(u):
         return u.at[1:-1].set(0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:]))

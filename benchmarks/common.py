@@ -7,6 +7,7 @@ import os
 import platform
 import resource
 import statistics
+from pathlib import Path
 
 import numpy as np
 
@@ -97,3 +98,15 @@ def init_heat(i):
 
 def init_life(i, j):
     return ((i * 7 + j * 13 + (i * j) % 5) % 3 == 0).astype(np.uint8)
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def example_stencils(name: str):
+    """``(global-view step, local kernel)`` of the example ``heat1d`` or ``life``: the
+    benchmarks time exactly the stencils pgas ships."""
+    from pgas.problem import load_problem
+
+    problem = load_problem(f"{EXAMPLES / name / name}.py:problem")
+    return problem.step, problem.kernel

@@ -14,7 +14,14 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import DTYPES, init_heat, init_life, peak_rss_bytes, stats  # noqa: E402
+from common import (  # noqa: E402
+    DTYPES,
+    example_stencils,
+    init_heat,
+    init_life,
+    peak_rss_bytes,
+    stats,
+)
 
 
 def handwritten_heat(n_global: int, dtype, steps: int, comm) -> tuple[float, int, int, np.ndarray]:
@@ -110,36 +117,13 @@ def main() -> None:
                         import pgas
                         import pgas.mpi
 
+                        _, kernel = example_stencils("heat1d" if heat else "life")
                         if heat:
-                            res = pgas.mpi.run(
-                                lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]),
-                                init_heat,
-                                (size,),
-                                dtype,
-                                a.steps,
-                                1,
-                                pgas.Keep(),
-                                region=(slice(1, -1),),
-                            )
+                            res = pgas.mpi.run(kernel, init_heat, (size,), dtype, a.steps, 1,
+                                               pgas.Keep(), region=(slice(1, -1),))  # fmt: skip
                         else:
-
-                            def kern(e):
-                                c = e[1:-1, 1:-1]
-                                n = (
-                                    e[:-2, :-2]
-                                    + e[:-2, 1:-1]
-                                    + e[:-2, 2:]
-                                    + e[1:-1, :-2]
-                                    + e[1:-1, 2:]
-                                    + e[2:, :-2]
-                                    + e[2:, 1:-1]
-                                    + e[2:, 2:]
-                                )
-                                return ((n == 3) | ((c == 1) & (n == 2))).astype(np.uint8)
-
-                            res = pgas.mpi.run(
-                                kern, init_life, (size, size), dtype, a.steps, 1, pgas.Periodic()
-                            )
+                            res = pgas.mpi.run(kernel, init_life, (size, size), dtype, a.steps, 1,
+                                               pgas.Periodic())  # fmt: skip
                         sec, msgs, byts = res.seconds, res.messages_per_step, res.bytes_per_step
                         final = res.field
                     else:

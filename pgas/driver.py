@@ -41,26 +41,25 @@ BACKENDS = ("auto", "explicit", "mpi")
 
 
 # ---- command line ------------------------------------------------------------------------
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (underscores allowed: 1_000_003)."""
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text.replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive (>= 1)")
+    if value < least:
+        bound = "positive (>= 1)" if least == 1 else f">= {least}"
+        raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (underscores allowed: 1_000_003)."""
+    return _whole_number(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number >= 0."""
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
+    return _whole_number(text, 0)
 
 
 def make_parser(

@@ -45,3 +45,23 @@ def load_example(name: str):
         sys.modules[key] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[key])
     return sys.modules[key]
+
+
+def last_json(stdout: str) -> dict:
+    """The JSON object an example prints as its last line with ``--json``."""
+    import json
+
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def fails_with(main, argv, capsys, *needles) -> str:
+    """Run an example's ``main(argv)``: it must exit 2 with every needle in stderr."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err

@@ -82,6 +82,28 @@ def stop_cluster() -> None:
         raise ClusterError(f"local-slurm stop failed:\n{res.stdout}{res.stderr}")
 
 
+def running_cluster(nodes: int = 2):
+    """Generator for a module-scoped pytest fixture: a started cluster's environment.
+
+    Skips where Slurm cannot be started, but fails instead when CI runs as root
+    (CI must run the Slurm tests). Stops the cluster afterwards unless it was
+    already running.
+    """
+    import pytest
+
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get("CI") and hasattr(os, "geteuid") and os.geteuid() == 0:
+            pytest.fail(f"CI as root must run the Slurm test, but: {reason}")
+        pytest.skip(reason)
+    was_running = start_cluster(nodes=nodes)
+    try:
+        yield cluster_env()
+    finally:
+        if not was_running:  # leave a cluster someone else started running
+            stop_cluster()
+
+
 def cluster_env(base: dict | None = None) -> dict:
     """`base` (default os.environ) with SLURM_CONF pointing at the local
     cluster and no Slurm variables inherited from an outer allocation."""

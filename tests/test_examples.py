@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import load_example
+from helpers import fails_with, heat_numpy, last_json, load_example
 
 import pgas
 import pgas.driver
@@ -44,17 +44,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["JAX_PLATFORMS"] = "cpu"
     return env
-
-
-def _json(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def numpy_heat(u0, steps):
-    u = u0.copy()
-    for _ in range(steps):
-        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
-    return u
 
 
 def numpy_life(b, steps):
@@ -83,9 +72,9 @@ def test_heat1d_end_to_end_jax(backend, tmp_path, capsys):
     H.main(["--backend", backend, "--devices", "4", "--n", "203", "--steps", "60",
             "--init", "gaussian", "--snapshot-every", "20", "--out", str(out), "--plot", str(png),
             "--json"])  # fmt: skip
-    d = _json(capsys.readouterr().out)
+    d = last_json(capsys.readouterr().out)
     u0 = H.initial(203, "gaussian").astype(np.float32)
-    assert d["checksum"] == checksum(numpy_heat(u0, 60))
+    assert d["checksum"] == checksum(heat_numpy(u0, 60))
     assert d["devices"] == 4 and d["processes"] == 1 and d["mesh"] == {"x": 4}
     assert d["comm"]["collective-permute"]["count_per_step"] == 2
     assert d["comm"]["all-gather"]["count_per_step"] == 0
@@ -111,7 +100,7 @@ def test_heat1d_end_to_end_mpi(tmp_path):
     lines = [x for x in proc.stdout.splitlines() if x.strip()]
     assert len(lines) == 1  # --quiet, and only rank 0 prints
     d = json.loads(lines[0])
-    assert d["checksum"] == checksum(numpy_heat(H.initial(1001, "random", seed=3), 100))
+    assert d["checksum"] == checksum(heat_numpy(H.initial(1001, "random", seed=3), 100))
     assert d["processes"] == 2 and d["mesh"] == {"x": 2}
     assert d["comm"]["messages_per_step"] == 2
     with xr.open_dataset(out) as ds:
@@ -129,7 +118,7 @@ def test_life_end_to_end_jax(backend, tmp_path, capsys):
     L.main(["--backend", backend, "--devices", "4", "--size", f"{H_}x{W_}", "--pattern", "random",
             "--density", "0.3", "--seed", "4", "--steps", "24", "--snapshot-every", "4",
             "--out", str(out), "--plot", str(gif), "--plot", str(png), "--json"])  # fmt: skip
-    d = _json(capsys.readouterr().out)
+    d = last_json(capsys.readouterr().out)
     b0 = P.random_board((H_, W_), 0.3, seed=4)
     final = numpy_life(b0, 24)
     assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
@@ -152,7 +141,7 @@ def test_life_end_to_end_mpi(tmp_path):
            "--out", str(out), "--plot", str(gif), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
-    d = _json(proc.stdout)
+    d = last_json(proc.stdout)
     final = numpy_life(P.random_board((37, 50), 0.4, seed=9), 30)
     assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
     assert d["processes"] == 2 and d["mesh"] == {"y": 2, "x": 1}
@@ -167,7 +156,7 @@ def test_life_end_to_end_mpi(tmp_path):
 def test_life_pattern_at_position(capsys):
     L.main(["--devices", "8", "--size", "16x16", "--pattern", "glider", "--at", "11,12",
             "--steps", "64", "--json", "--quiet"])  # fmt: skip
-    d = _json(capsys.readouterr().out)
+    d = last_json(capsys.readouterr().out)
     b0 = P.place((16, 16), P.load_pattern("glider"), at=(11, 12))
     assert d["checksum"] == checksum(b0) and d["population"] == 5  # once round the torus
 
@@ -184,7 +173,7 @@ def test_heat1d_compare_prints_a_table_with_equal_checksums():
     assert [r[0] for r in rows] == ["auto", "explicit", "mpi"]
     assert all(r[-1] == "yes" for r in rows)
     assert len({r[-2] for r in rows}) == 1
-    assert _json(proc.stdout)["backend"] == "auto"
+    assert last_json(proc.stdout)["backend"] == "auto"
 
 
 def test_mpi_backend_without_mpiexec_says_how_to_launch():
@@ -195,61 +184,53 @@ def test_mpi_backend_without_mpiexec_says_how_to_launch():
 
 
 # ---- errors: exit code 2 and a message with the fix -----------------------------------------
-def _fails(main, argv, capsys, *needles):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
 
 
 def test_unknown_pattern(capsys):
-    _fails(L.main, ["--pattern", "glidr"], capsys, "unknown pattern 'glidr'", "glider")
+    fails_with(L.main, ["--pattern", "glidr"], capsys, "unknown pattern 'glidr'", "glider")
 
 
 def test_malformed_rle_names_line_and_reason(tmp_path, capsys):
     bad = tmp_path / "bad.rle"
     bad.write_text("#N bad\nx = 3, y = 3\nbo$2bo$3o\n7o!\n")
-    _fails(L.main, ["--pattern", str(bad)], capsys, "line 4", "longer than")
+    fails_with(L.main, ["--pattern", str(bad)], capsys, "line 4", "longer than")
     bad.write_text("x = 3 y 3\nbo$2bo$3o!\n")
-    _fails(L.main, ["--pattern", str(bad)], capsys, "line 1", "header")
+    fails_with(L.main, ["--pattern", str(bad)], capsys, "line 1", "header")
 
 
 def test_pattern_that_does_not_fit(capsys):
-    _fails(L.main, ["--size", "20x20", "--pattern", "gosper"], capsys, "does not fit",
+    fails_with(L.main, ["--size", "20x20", "--pattern", "gosper"], capsys, "does not fit",
            "at least")  # fmt: skip
-    _fails(L.main, ["--size", "20x20", "--pattern", "glider", "--at", "19,0"], capsys,
+    fails_with(L.main, ["--size", "20x20", "--pattern", "glider", "--at", "19,0"], capsys,
            "does not fit")  # fmt: skip
 
 
 def test_sizes_must_be_positive(capsys):
-    _fails(L.main, ["--size", "0x5"], capsys, "--size", "positive")
-    _fails(L.main, ["--size", "abc"], capsys, "HxW")
-    _fails(H.main, ["--n", "0"], capsys, "--n", "positive")
-    _fails(H.main, ["--n", "-5"], capsys, "--n")
-    _fails(H.main, ["--steps", "-1"], capsys, "--steps")
+    fails_with(L.main, ["--size", "0x5"], capsys, "--size", "positive")
+    fails_with(L.main, ["--size", "abc"], capsys, "HxW")
+    fails_with(H.main, ["--n", "0"], capsys, "--n", "positive")
+    fails_with(H.main, ["--n", "-5"], capsys, "--n")
+    fails_with(H.main, ["--steps", "-1"], capsys, "--steps")
 
 
 def test_unwritable_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pgas.driver, "simulate", lambda *a: pytest.fail("ran before --out check"))
-    _fails(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
+    fails_with(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
            "mkdir")  # fmt: skip
-    _fails(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")
+    fails_with(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")
     (tmp_path / "dir.nc").mkdir()
-    _fails(L.main, ["--out", str(tmp_path / "dir.nc")], capsys, "directory")
-    _fails(L.main, ["--plot", str(tmp_path / "b.jpg")], capsys, ".png or .gif")
+    fails_with(L.main, ["--out", str(tmp_path / "dir.nc")], capsys, "directory")
+    fails_with(L.main, ["--plot", str(tmp_path / "b.jpg")], capsys, ".png or .gif")
 
 
 def test_unknown_dtype_or_backend(capsys):
-    _fails(H.main, ["--dtype", "float16"], capsys, "--dtype", "float32", "float64")
-    _fails(L.main, ["--dtype", "float32"], capsys, "--dtype", "uint8")
-    _fails(H.main, ["--backend", "cuda"], capsys, "--backend", "auto", "explicit", "mpi")
+    fails_with(H.main, ["--dtype", "float16"], capsys, "--dtype", "float32", "float64")
+    fails_with(L.main, ["--dtype", "float32"], capsys, "--dtype", "uint8")
+    fails_with(H.main, ["--backend", "cuda"], capsys, "--backend", "auto", "explicit", "mpi")
 
 
 def test_snapshot_every_must_divide_steps(capsys):
-    _fails(H.main, ["--steps", "10", "--snapshot-every", "3"], capsys, "does not divide",
+    fails_with(H.main, ["--steps", "10", "--snapshot-every", "3"], capsys, "does not divide",
            "--steps 12")  # fmt: skip
 
 
@@ -264,7 +245,7 @@ def test_mpi_run_snapshots_and_callback_in_one_process():
     )  # fmt: skip
     assert r.snapshot_steps == (0, 4, 8, 12) and r.snapshots.shape == (4, 33)
     for k, t in enumerate(r.snapshot_steps):
-        np.testing.assert_array_equal(r.snapshots[k], numpy_heat(u0, t))
+        np.testing.assert_array_equal(r.snapshots[k], heat_numpy(u0, t))
     np.testing.assert_array_equal(r.field, r.snapshots[-1])
     assert seen == [(8, (33,)), (12, (33,))]  # after each chunk, and at the end
     with pytest.raises(pgas.PgasError, match="does not divide"):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import load_example
+from helpers import fails_with, last_json, load_example
 
 from pgas import checkpoint
 from pgas.problem import checksum
@@ -67,20 +67,6 @@ def _mpiexec(n: int, script: Path, *args: str, timeout: float = 120, **env: str)
                           cwd=ROOT)  # fmt: skip
 
 
-def _json(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def _fails(main, argv, capsys, *needles) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
-
-
 # ---- multi-process runs equal the single-process run ------------------------------------
 @needs_mpiexec
 @pytest.mark.slow
@@ -92,7 +78,7 @@ def test_mpiexec_run_equals_single_process(example, n, tmp_path, capsys):
         "life": (L.main, LIFE, LIFE_ARGS, life_reference),
     }[example]
     main([*args, "--devices", "1", "--json", "--quiet"])  # single process, in this process
-    single = _json(capsys.readouterr().out)
+    single = last_json(capsys.readouterr().out)
     assert single["checksum"] == checksum(ref())
     out = tmp_path / f"{example}.nc"
     extra = ["--out", str(out), "--snapshot-every", "10", "--verbose"] if n == 4 else []
@@ -144,7 +130,7 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
             "--restart", "--checkpoint", str(ck), "--out", str(out),
             "--snapshot-every", "10"])  # fmt: skip
     captured = capsys.readouterr()
-    d = _json(captured.out)
+    d = last_json(captured.out)
     assert "restart: from step 20" in captured.err
     assert d["start_step"] == 20 and d["processes"] == 1 and d["devices"] == 3
     assert d["checksum"] == checksum(heat_reference())
@@ -162,11 +148,11 @@ def test_restart_continues_across_backends_and_meshes(tmp_path, capsys):
     L.main(
         [*base, "--steps", "12", "--backend", first, "--devices", "4", "--checkpoint-every", "4"]
     )
-    assert _json(capsys.readouterr().out)["checksum"] == checksum(life_reference(12))
+    assert last_json(capsys.readouterr().out)["checksum"] == checksum(life_reference(12))
     assert checkpoint.latest(ck) == 12
     L.main([*base, "--steps", "30", "--backend", second, "--devices", "2",
             "--checkpoint-every", "6", "--restart"])  # fmt: skip
-    d = _json(capsys.readouterr().out)
+    d = last_json(capsys.readouterr().out)
     assert d["start_step"] == 12 and d["checksum"] == checksum(life_reference(30))
     assert checkpoint.latest(ck) == 30
 
@@ -175,7 +161,7 @@ def test_restart_without_checkpoint_starts_fresh(tmp_path, capsys):
     ck = tmp_path / "none.ckpt"
     H.main([*HEAT_ARGS, "--devices", "2", "--json", "--quiet", "--restart", "--checkpoint",
             str(ck), "--checkpoint-every", "30"])  # fmt: skip
-    d = _json(capsys.readouterr().out)
+    d = last_json(capsys.readouterr().out)
     assert d["start_step"] == 0 and d["checksum"] == checksum(heat_reference())
     assert checkpoint.latest(ck) == 60
 
@@ -186,27 +172,27 @@ def test_another_problems_or_corrupt_checkpoint_is_refused(tmp_path, capsys):
             str(ck), "--checkpoint-every", "10"])  # fmt: skip
     assert checkpoint.latest(ck) == 20
     restart = ["--quiet", "--restart", "--checkpoint", str(ck)]
-    _fails(H.main, [*HEAT_ARGS, "--seed", "4", *restart], capsys, "--restart refused",
+    fails_with(H.main, [*HEAT_ARGS, "--seed", "4", *restart], capsys, "--restart refused",
            "another problem", "meta['seed'] expected 4")  # fmt: skip
-    _fails(H.main, [*HEAT_ARGS, "--init", "sine", *restart], capsys, "meta['init']")
-    _fails(H.main, [*HEAT_ARGS, "--n", "1002", *restart], capsys, "shape (1001,)", "(1002,)")
-    _fails(H.main, [*HEAT_ARGS, "--dtype", "float64", *restart], capsys, "dtype float32")
-    _fails(L.main, [*LIFE_ARGS, *restart], capsys, "shape (1001,)", "(37, 50)")
-    _fails(H.main, [*HEAT_ARGS, "--steps", "10", *restart], capsys, "beyond --steps 10")
+    fails_with(H.main, [*HEAT_ARGS, "--init", "sine", *restart], capsys, "meta['init']")
+    fails_with(H.main, [*HEAT_ARGS, "--n", "1002", *restart], capsys, "shape (1001,)", "(1002,)")
+    fails_with(H.main, [*HEAT_ARGS, "--dtype", "float64", *restart], capsys, "dtype float32")
+    fails_with(L.main, [*LIFE_ARGS, *restart], capsys, "shape (1001,)", "(37, 50)")
+    fails_with(H.main, [*HEAT_ARGS, "--steps", "10", *restart], capsys, "beyond --steps 10")
     version = ck / (ck / "LATEST").read_text().strip()
     block = sorted((version / "f0").glob("*.npy"))[0]
     raw = bytearray(block.read_bytes())
     raw[-1] ^= 0xFF
     block.write_bytes(bytes(raw))
-    _fails(H.main, [*HEAT_ARGS, *restart], capsys, "damaged")
+    fails_with(H.main, [*HEAT_ARGS, *restart], capsys, "damaged")
     (version / "manifest.json").unlink()
-    _fails(H.main, [*HEAT_ARGS, *restart], capsys, "incomplete")
+    fails_with(H.main, [*HEAT_ARGS, *restart], capsys, "incomplete")
 
 
 def test_mpi_backend_cannot_checkpoint(capsys):
-    _fails(H.main, ["--backend", "mpi", "--checkpoint-every", "10"], capsys,
+    fails_with(H.main, ["--backend", "mpi", "--checkpoint-every", "10"], capsys,
            "--backend auto and explicit only")  # fmt: skip
-    _fails(L.main, ["--snapshot-every", "4", "--steps", "24", "--checkpoint-every", "6"],
+    fails_with(L.main, ["--snapshot-every", "4", "--steps", "24", "--checkpoint-every", "6"],
            capsys, "multiple of --snapshot-every 4")  # fmt: skip
 
 

@@ -6,7 +6,6 @@ Starts scripts/local-slurm (installing Debian's Slurm if needed), submits a
 devices, and checks the sum and that both nodes took part.
 """
 
-import os
 import shlex
 import sys
 import textwrap
@@ -53,19 +52,7 @@ JOB_CODE = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    reason = slurm_cluster.unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") and hasattr(os, "geteuid") and os.geteuid() == 0:
-            pytest.fail(f"CI as root must run the Slurm test, but: {reason}")
-        pytest.skip(reason)
-    was_running = slurm_cluster.start_cluster(nodes=2)
-    try:
-        yield slurm_cluster.cluster_env()
-    finally:
-        if not was_running:  # leave a cluster someone else started running
-            slurm_cluster.stop_cluster()
+cluster = pytest.fixture(scope="module")(slurm_cluster.running_cluster)
 
 
 @pytest.mark.slow

@@ -29,35 +29,11 @@ if KIND == "heat64":
     jax.config.update("jax_enable_x64", True)
 
 
-def heat(u):
-    u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
-    return u
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import example_stencils  # noqa: E402
 
-
-def heat_k(e):
-    return 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
-
-
-def life(g):
-    n = sum(
-        pgas.shift(pgas.shift(g, dy, 0), dx, 1)
-        for dy in (-1, 0, 1)
-        for dx in (-1, 0, 1)
-        if (dy, dx) != (0, 0)
-    )
-    g[...] = ((n == 3) | ((g == 1) & (n == 2))).astype("uint8")
-    return g
-
-
-def life_k(e):
-    c = e[1:-1, 1:-1]
-    n = sum(
-        e[1 + dy : e.shape[0] - 1 + dy, 1 + dx : e.shape[1] - 1 + dx]
-        for dy in (-1, 0, 1)
-        for dx in (-1, 0, 1)
-        if (dy, dx) != (0, 0)
-    )
-    return ((n == 3) | ((c == 1) & (n == 2))).astype(c.dtype)
+heat, heat_k = example_stencils("heat1d")  # the shipped stencils
+life, life_k = example_stencils("life")
 
 
 def make():
