@@ -161,7 +161,12 @@ def _program(kernel: Kernel, layout: Layout, widths: tuple, region_key) -> Calla
 
 
 def run(
-    kernel: Kernel, u: GlobalArray, steps: int, halo: int | Sequence[int] = 1, region=None
+    kernel: Kernel,
+    u: GlobalArray,
+    steps: int,
+    halo: int | Sequence[int] = 1,
+    region=None,
+    steps_per_exchange: int | str = "auto",
 ) -> GlobalArray:
     """Run ``steps`` explicit steps as one compiled ``shard_map`` + ``fori_loop`` program.
 

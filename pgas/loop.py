@@ -128,6 +128,7 @@ def run(
     observe: Callable[[State], Any] | None = None,
     chunk: int | None = None,
     callback: Callable[[int, State], None] | None = None,
+    steps_per_exchange: int | str = "auto",
 ):
     """Run ``steps`` steps of ``step`` as one compiled program.
 
@@ -157,6 +158,9 @@ def run(
     >>> pgas.run(heat, u, steps=2).to_numpy()
     array([0., 1., 0.])
     """
+    from pgas.plan import check_steps_per_exchange
+
+    check_steps_per_exchange(steps_per_exchange)
     for name, value, least in (("steps", steps, 0), ("snapshot_every", snapshot_every, 1),
                                ("chunk", chunk, 1)):  # fmt: skip
         if value is not None and (not isinstance(value, int) or value < least):

@@ -1,0 +1,98 @@
+"""How a step will be compiled: halo widths, steps per exchange, steps per iteration.
+
+:func:`plan` traces a global-view step once (nothing runs) and tells
+:func:`pgas.run` and :func:`pgas.comm_report` how it will be compiled: the
+halo width the step reads across each axis, how many physical steps run per
+halo exchange (*deep halos*, ``k``) and per loop iteration (``m``).
+
+Deep halos. One exchange of a halo ``k`` times the stencil's width, then ``k``
+steps on the extended blocks: every sub-step recomputes a shrinking rim of
+halo cells instead of receiving them, and each block's own cells come out
+bitwise equal to ``k`` single steps. A loop iteration then pays one
+synchronisation per ``k`` steps, and on XLA CPU the ``k`` sub-steps fuse into
+one pass over memory, so a memory-bound stencil runs above the copy roofline.
+
+:func:`choose_steps_per_exchange` picks ``k`` (see its docstring for the
+model); it is shared by the automatic, explicit and MPI paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from pgas.errors import PgasError
+
+__all__ = ["choose_steps_per_exchange", "check_steps_per_exchange"]
+
+AUTO = "auto"
+
+
+def check_steps_per_exchange(value: object, name: str = "steps_per_exchange") -> int | str:
+    """Validate a ``steps_per_exchange`` argument: an int >= 1 or ``"auto"``.
+
+    >>> check_steps_per_exchange("auto"), check_steps_per_exchange(4)
+    ('auto', 4)
+    """
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PgasError(f"{name} = {value!r}: give a whole number >= 1, or 'auto'")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The steps per exchange a run uses, and why.
+
+    Attributes:
+        steps_per_exchange: ``k``, physical steps per halo exchange.
+        requested: what the caller asked for (an int or ``"auto"``).
+        note: why ``k`` differs from an int request (blocks too small), else ``""``.
+    """
+
+    steps_per_exchange: int
+    requested: int | str
+    note: str = ""
+
+
+def choose_steps_per_exchange(
+    requested: int | str,
+    min_block: Sequence[int],
+    widths: Sequence[int],
+    itemsize: int,
+    reads: int = 3,
+    platform: str = "cpu",
+) -> Choice:
+    """Pick ``k``, the physical steps per halo exchange.
+
+    Args:
+        requested: an int >= 1, or ``"auto"``.
+        min_block: cells of the smallest block along each axis.
+        widths: halo cells one step reads across each axis (0: not read across).
+        itemsize: bytes per cell.
+        reads: loads per cell update of the stencil.
+        platform: ``"cpu"`` or ``"gpu"``.
+
+    Returns:
+        A :class:`Choice`. An int request is lowered (and says so in ``note``)
+        when a halo of ``k * width`` would not fit in the smallest block.
+
+    >>> choose_steps_per_exchange(4, (100,), (1,), 4).steps_per_exchange
+    4
+    >>> choose_steps_per_exchange(8, (5,), (1,), 4).note
+    'lowered from 8 to 5: a halo of 8 x 1 cell(s) is wider than the smallest block (5 cells) on axis 0'
+    """
+    requested = check_steps_per_exchange(requested)
+    fit = min((b // w for b, w in zip(min_block, widths) if w), default=None)
+    if requested == AUTO:
+        k = 1 if fit is None else max(1, min(8, fit))
+        return Choice(k, requested)
+    if fit is None or requested <= fit:
+        return Choice(requested, requested)
+    axis = next(a for a, (b, w) in enumerate(zip(min_block, widths)) if w and b // w == fit)
+    note = (
+        f"lowered from {requested} to {max(fit, 1)}: a halo of {requested} x {widths[axis]} "
+        f"cell(s) is wider than the smallest block ({min_block[axis]} cells) on axis {axis}"
+    )
+    return Choice(max(fit, 1), requested, note)
