@@ -48,6 +48,9 @@ class Problem:
         region: global slices the kernel writes (``None``: everything).
         mesh_axes: mesh axis names, one per array axis.
         bytes_per_cell: bytes a step must move per cell (roofline).
+        decode: maps stored values to the cells users see (e.g. bit-packed words
+            to a uint8 board), applied to gathered fields and blocks before
+            checksums, diagnostics and output; ``None``: stored values are cells.
 
     >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
     ...             None, 0, None, ("x",))
@@ -66,6 +69,7 @@ class Problem:
     region: tuple[slice, ...] | None
     mesh_axes: tuple[str, ...]
     bytes_per_cell: int = 0
+    decode: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def cells(self) -> int:

@@ -233,7 +233,13 @@ class CommReport:
         return "\n".join(lines)
 
 
-def comm_report(step: Callable, *state, loop: bool = False, shardy: bool = False) -> CommReport:
+def comm_report(
+    step: Callable,
+    *state,
+    loop: bool = False,
+    shardy: bool = False,
+    steps_per_exchange: int | str = 1,
+) -> CommReport:
     """Compile ``step(*state)`` and report the collectives one device runs per step.
 
     Args:
@@ -243,6 +249,8 @@ def comm_report(step: Callable, *state, loop: bool = False, shardy: bool = False
         loop: compile the step inside a ``fori_loop`` as :func:`pgas.run` does,
             and count only the loop body as per step.
         shardy: keep the Shardy-annotated StableHLO in ``report.stablehlo``.
+        steps_per_exchange: physical steps per halo exchange (``k``, or ``"auto"``);
+            counts are per physical step.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(8, np.float32), pgas.make_mesh(devices=1))
