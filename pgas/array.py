@@ -6,7 +6,8 @@ A :class:`GlobalArray` is a JAX pytree: its one leaf is the physical
 crosses ``jit``, ``lax.fori_loop`` and ``scan`` like any array.
 
 Indexing gives lazy views (:mod:`pgas.view`); assignment to a slice,
-``u[1:-1] = ...``, is lowered to halo exchange plus masked local arithmetic.
+``u[1:-1] = ...``, is lowered to halo exchange plus masked local arithmetic
+(:mod:`pgas.lower`).
 Arrays are built so that each process creates only its own blocks (from NumPy
 data or a function of global coordinates); :meth:`GlobalArray.to_numpy`
 gathers.
@@ -21,20 +22,29 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pgas.errors import LayoutError
+from pgas.errors import IndexingError, LayoutError
 from pgas.layout import Layout, make_layout
+from pgas.lower import assign
+from pgas.view import Leaf, Operators, Window, normalize_index
 
-__all__ = ["GlobalArray", "from_numpy", "from_function", "zeros", "full"]
+__all__ = ["GlobalArray", "from_numpy", "from_function", "zeros", "full", "physical_coords"]
 
 
 @jax.tree_util.register_pytree_node_class
-class GlobalArray:
+class GlobalArray(Operators):
     """A global array: physical data on the devices plus its :class:`Layout`.
 
     Use :func:`from_numpy`, :func:`from_function`, :func:`zeros` or
     :func:`full` to make one. Indexing gives a :class:`pgas.View`; slice
     assignment updates the array in place (NumPy style); ``u.at[k].set(v)``
-    returns a new array.
+    returns a new array; arithmetic on the whole array builds a view.
+
+    Attributes:
+        data: the ``jax.Array``: the physical array (shape
+            ``layout.physical_shape``), or, inside a compiled loop, the blocks
+            form extended by ``ext[i]`` halo cells per side (see :mod:`pgas.lower`).
+        layout: the static description (shape, mesh, spec, boundary, halo).
+        ext: ``None`` for physical data, else the extension per axis.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.arange(5.0), pgas.make_mesh(devices=1))
@@ -43,19 +53,20 @@ class GlobalArray:
     array([0., 1., 2., 3., 4.])
     """
 
-    __slots__ = ("data", "layout")
+    __slots__ = ("data", "layout", "ext")
 
-    def __init__(self, data: jax.Array, layout: Layout):
+    def __init__(self, data: jax.Array, layout: Layout, ext: tuple[int, ...] | None = None):
         self.data = data
         self.layout = layout
+        self.ext = ext
 
     # pytree
     def tree_flatten(self):
-        return (self.data,), self.layout
+        return (self.data,), (self.layout, self.ext)
 
     @classmethod
-    def tree_unflatten(cls, layout, children):
-        return cls(children[0], layout)
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], *aux)
 
     # description
     @property
@@ -65,7 +76,8 @@ class GlobalArray:
 
     @property
     def batch_ndim(self) -> int:
-        return self.data.ndim - self.layout.ndim
+        per = self.layout.ndim if self.ext is None else 2 * self.layout.ndim
+        return self.data.ndim - per
 
     @property
     def ndim(self) -> int:
@@ -87,9 +99,36 @@ class GlobalArray:
             f"halo={lay.halo})"
         )
 
-    __hash__ = object.__hash__
+    # views and assignment (pgas.view builds them, pgas.lower compiles them)
+    def as_view(self) -> Leaf:
+        """The view of every cell (the operators of :class:`pgas.view.Operators` use it)."""
+        self._check_unbatched()
+        n = self.layout.shape
+        return Leaf(self, Window((0,) * len(n), n, (True,) * len(n)))
 
-    # indexing and arithmetic are attached by pgas.view (one concept per module)
+    def __getitem__(self, key) -> Leaf:
+        self._check_unbatched()
+        return Leaf(self, normalize_index(key, self.layout.shape))
+
+    def __setitem__(self, key, value) -> None:
+        self._check_unbatched()
+        self.data, self.ext = assign(self, normalize_index(key, self.layout.shape), value)
+
+    @property
+    def at(self) -> _At:
+        """Functional update: ``u.at[1:-1].set(v)`` returns a new array."""
+        return _At(self)
+
+    def copy(self) -> GlobalArray:
+        """A new array object sharing this one's (immutable) data."""
+        return GlobalArray(self.data, self.layout, self.ext)
+
+    def _check_unbatched(self) -> None:
+        if self.batch_ndim:
+            raise IndexingError(
+                f"this array holds {self.data.shape[0]} stacked snapshots; index a single "
+                f"field (use .to_numpy() to read snapshots)"
+            )
 
     def to_numpy(self) -> np.ndarray:
         """Gather the logical global array to a NumPy array (on every process).
@@ -114,7 +153,30 @@ class GlobalArray:
         return host
 
 
-def _physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, list]:
+class _At:
+    __slots__ = ("array",)
+
+    def __init__(self, array: GlobalArray):
+        self.array = array
+
+    def __getitem__(self, key) -> _AtIndex:
+        return _AtIndex(self.array, key)
+
+
+class _AtIndex:
+    __slots__ = ("array", "key")
+
+    def __init__(self, array: GlobalArray, key):
+        self.array, self.key = array, key
+
+    def set(self, value) -> GlobalArray:
+        """A new array equal to the old one with ``value`` written in the window."""
+        out = self.array.copy()
+        out[self.key] = value
+        return out
+
+
+def physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, list]:
     """Global indices and validity of the physical positions selected by ``index``."""
     coords, valid = [], []
     for ax, sl in zip(layout.axes, index):
@@ -131,7 +193,7 @@ def _build(layout: Layout, dtype: np.dtype, block: Callable) -> GlobalArray:
 
     def callback(index):
         index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
-        coords, valid = _physical_coords(layout, index)
+        coords, valid = physical_coords(layout, index)
         values = np.asarray(block(coords), dtype=dtype)
         mask = np.ones(values.shape, bool)
         for axis, v in enumerate(valid):

@@ -57,7 +57,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pgas.array import GlobalArray, _physical_coords
+from pgas.array import GlobalArray, physical_coords
 from pgas.errors import PgasError
 
 __all__ = [
@@ -492,7 +492,7 @@ def _restore(like: GlobalArray, reader: _BlockReader) -> GlobalArray:
 
     def callback(index):
         index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
-        coords, valid = _physical_coords(layout, index)
+        coords, valid = physical_coords(layout, index)
         real = [c[v] for c, v in zip(coords, valid, strict=True)]
         lo = tuple(int(r.min()) for r in real)
         hi = tuple(int(r.max()) + 1 for r in real)

@@ -17,9 +17,16 @@ path's: a cell takes the kernel's value only inside ``region`` (global
 coordinates, NumPy slices) and outside the outer cells of ``Keep`` faces;
 padding cells never show.
 
+Deep halos, as on the automatic path: with ``steps_per_exchange=k`` one
+exchange fills a halo ``k * halo`` wide and the kernel runs ``k`` times on the
+extended block, each time on a block ``halo`` cells narrower per side (the
+kernel works on any size: it returns its input's interior); the block's own
+cells come out bitwise equal to ``k`` single steps.
+
 The halo exchange is :func:`pgas.halo.extend`, the same code the automatic path
-uses, with ``ppermute`` instead of ``jnp.roll`` as transport; both compile to
-the same collective-permutes.
+uses, with ``ppermute`` instead of the global-view shift as transport; both
+compile to the same collective-permutes (``D - 1`` pairs per direction on a
+non-periodic axis: nothing crosses the domain edge).
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ from jax import shard_map
 from jax.sharding import PartitionSpec
 
 from pgas.array import GlobalArray
+from pgas.boundary import Periodic
 from pgas.errors import HaloError
-from pgas.halo import extend
+from pgas.halo import extend, refill_mirror
 from pgas.layout import Layout
-from pgas.view import _check_dtype, _normalize
+from pgas.lower import check_dtype
+from pgas.plan import Choice, choose_steps_per_exchange
+from pgas.report import CommReport, compiled_report, exchanges_of
+from pgas.view import normalize_index
 
-__all__ = ["exchange_halo", "step", "run"]
+__all__ = ["exchange_halo", "step", "run", "choose", "comm_report"]
 
 Kernel = Callable[[jax.Array], jax.Array]
 
@@ -62,14 +73,26 @@ def _block_numbers(layout: Layout) -> list[jax.Array]:
     ]
 
 
-def _ppermute(name: str | None, parts: int, axis: int):
+def _ppermute(name: str | None, parts: int, periodic: bool):
     def move(slab, direction):
         if name is None or parts == 1:
             return slab
-        perm = [(i, (i + direction) % parts) for i in range(parts)]
+        perm = [(i, (i + direction) % parts) for i in range(parts)
+                if periodic or 0 <= i + direction < parts]  # fmt: skip
         return jax.lax.ppermute(slab, name, perm)
 
     return move
+
+
+def _extended(block: jax.Array, layout: Layout, widths: tuple[int, ...], numbers) -> jax.Array:
+    """The local block in blocks form ``(1, b0 + 2 h0, 1, b1 + 2 h1, ...)`` with its halo."""
+    blocks = block.reshape(tuple(x for n in block.shape for x in (1, n)))
+    for axis, h in enumerate(widths):
+        if h:
+            ax, faces = layout.axes[axis], layout.boundary[axis]
+            move = _ppermute(layout.spec[axis], ax.parts, isinstance(faces[0], Periodic))
+            blocks = extend(blocks, axis, h, ax, faces, numbers[axis], transport=move)
+    return blocks
 
 
 def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -> jax.Array:
@@ -77,8 +100,9 @@ def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -
 
     Call inside ``shard_map`` over ``layout.mesh`` with the array's spec.
     Axis by axis (corners included), each side is one ``lax.ppermute`` of a
-    halo slab; ghost cells at the domain edges follow the array's boundary
-    conditions; a short block's right halo sits right after its last real cell.
+    halo slab (nothing crosses a non-periodic domain edge); ghost cells at
+    the domain edges follow the array's boundary conditions; a short
+    block's right halo sits right after its last real cell.
 
     Args:
         block: this device's physical block (``layout.local_shape``).
@@ -96,40 +120,53 @@ def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -
     >>> np.asarray(f(u.data)).tolist()
     [3.0, 0.0, 1.0, 2.0, 3.0, 0.0]
     """
-    widths = _widths(layout, halo)
-    blocks = block.reshape(tuple(x for n in block.shape for x in (1, n)))
-    numbers = _block_numbers(layout)
-    for axis, h in enumerate(widths):
-        if h:
-            ax = layout.axes[axis]
-            blocks = extend(
-                blocks, axis, h, ax, layout.boundary[axis], numbers[axis],
-                transport=_ppermute(layout.spec[axis], ax.parts, axis),
-            )  # fmt: skip
-    return blocks.reshape(blocks.shape[1::2])
+    ext = _extended(block, layout, _widths(layout, halo), _block_numbers(layout))
+    return ext.reshape(ext.shape[1::2])
 
 
-def _local_update(kernel: Kernel, layout: Layout, widths, region) -> Callable:
-    start, extent, kept = _normalize(region if region is not None else (), layout.shape)
-    if not all(kept):
+def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Callable:
+    """``k`` kernel steps on one exchange of a halo ``k * widths`` wide (see the module doc)."""
+    window = normalize_index(region if region is not None else (), layout.shape)
+    if not all(window.kept):
         raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
 
     def update(block):
-        new = kernel(exchange_halo(block, layout, widths))
-        if new.shape != block.shape:
-            raise HaloError(
-                f"kernel returned shape {new.shape} for a block of shape {block.shape}; it "
-                f"must return new values for every cell of the block (e[1:-1] for halo 1)"
-            )
-        _check_dtype(np.dtype(new.dtype), np.dtype(block.dtype), False)
-        numbers = [b.reshape(()) for b in _block_numbers(layout)]
-        mask = layout.window_mask(start, extent, widths, block=numbers)
-        if mask is None:
-            return new.astype(block.dtype)
-        local = mask.reshape(mask.shape[1::2])  # blocks form -> this block's axes
-        return jnp.where(local, new.astype(block.dtype), block)
+        numbers = _block_numbers(layout)
+        ext = tuple(k * h for h in widths)
+        blocks = _extended(block, layout, ext, numbers)
+        for _ in range(k):
+            dom = tuple(e - h for e, h in zip(ext, widths))
+            new = kernel(blocks.reshape(blocks.shape[1::2]))
+            want = tuple(n + 2 * d for n, d in zip(block.shape, dom))
+            if new.shape != want:
+                raise HaloError(
+                    f"kernel returned shape {new.shape} for a block of shape {want} with halo "
+                    f"{widths}; it must return new values for every cell of the block (e[1:-1] "
+                    f"for halo 1)"
+                )
+            check_dtype(np.dtype(new.dtype), np.dtype(block.dtype), False)
+            blocks = _merge(blocks, new, layout, window, widths, ext, dom, numbers)
+            ext = dom
+        return blocks.reshape(block.shape)
 
     return update
+
+
+def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers) -> jax.Array:
+    """The kernel's values inside the update mask, the old ones elsewhere; ghosts re-filled."""
+    for axis, (e, d) in enumerate(zip(ext, dom)):
+        if e != d:
+            blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + layout.axes[axis].block + 2 * d,
+                                          axis=2 * axis + 1)  # fmt: skip
+    new = new.astype(blocks.dtype).reshape(blocks.shape)
+    numbers = [b.reshape(()) for b in numbers]
+    mask = layout.window_mask(window.start, window.extent, widths, block=numbers, ext=dom)
+    out = new if mask is None else jnp.where(mask, new, blocks)
+    for axis, d in enumerate(dom):
+        if d:
+            out = refill_mirror(out, axis, d, layout.axes[axis], layout.boundary[axis],
+                                numbers[axis])  # fmt: skip
+    return out
 
 
 def _sharded(fn: Callable, layout: Layout) -> Callable:
@@ -137,8 +174,28 @@ def _sharded(fn: Callable, layout: Layout) -> Callable:
     return shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec)
 
 
-def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=None) -> GlobalArray:
-    """One explicit step of ``kernel`` on ``u`` (for :func:`pgas.comm_report` and tests).
+def choose(u: GlobalArray, halo: int | Sequence[int] = 1,
+           steps_per_exchange: int | str = "auto") -> Choice:  # fmt: skip
+    """The steps per exchange the explicit path uses for ``u`` and ``halo``.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(10), pgas.make_mesh(devices=1))
+    >>> choose(u, 1, 16).steps_per_exchange
+    10
+    """
+    lay = u.layout
+    widths = _widths(lay, halo)
+    reads = int(np.prod([2 * h + 1 for h in widths]))
+    platform = "gpu" if lay.mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
+    min_block = [a.min_length for a in lay.axes]
+    itemsize = np.dtype(u.dtype).itemsize
+    return choose_steps_per_exchange(steps_per_exchange, min_block, widths, itemsize, reads,
+                                     platform)  # fmt: skip
+
+
+def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=None,
+         steps_per_exchange: int = 1) -> GlobalArray:  # fmt: skip
+    """``steps_per_exchange`` explicit steps on one halo exchange (for reports and tests).
 
     >>> import numpy as np, pgas
     >>> mesh = pgas.make_mesh(devices=1)
@@ -146,15 +203,54 @@ def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=N
     >>> step(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u).to_numpy()
     array([0., 2., 0.])
     """
-    update = _local_update(kernel, u.layout, _widths(u.layout, halo), region)
+    k = choose(u, halo, steps_per_exchange).steps_per_exchange
+    update = _local_update(kernel, u.layout, _widths(u.layout, halo), region, k)
     return GlobalArray(_sharded(update, u.layout)(u.data), u.layout)
 
 
+def comm_report(
+    kernel: Kernel,
+    u: GlobalArray,
+    halo: int | Sequence[int] = 1,
+    region=None,
+    steps_per_exchange: int | str = "auto",
+    loop: bool = False,
+) -> CommReport:
+    """What the compiler sent for the explicit path, per physical step (see pgas.comm_report).
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(8, np.float32), pgas.make_mesh(devices=1))
+    >>> comm_report(lambda e: e[1:-1], u, 1, steps_per_exchange=2).steps_per_exchange
+    2
+    """
+    c = choose(u, halo, steps_per_exchange)
+    k, lay = c.steps_per_exchange, u.layout
+    fn = lambda v: step(kernel, v, halo, region, k)  # noqa: E731
+    args: tuple = (u,)
+    if loop:
+        fn = lambda v, n: jax.lax.fori_loop(0, n, lambda i, x: step(kernel, x, halo, region, k), v)  # noqa: E731  fmt: skip
+        args = (u, jnp.int32(2))
+    exchanges = exchanges_of(lay, tuple(k * h for h in _widths(lay, halo)), u.dtype.itemsize)
+    return compiled_report(fn, args, name=getattr(kernel, "__name__", "kernel"),
+                           mesh=dict(lay.mesh.shape), exchanges=exchanges,
+                           steps_per_exchange=k, note=c.note, loop=loop)  # fmt: skip
+
+
 @functools.lru_cache(maxsize=32)
-def _program(kernel: Kernel, layout: Layout, widths: tuple, region_key) -> Callable:
+def _program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int) -> Callable:
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
-    update = _local_update(kernel, layout, widths, region)
-    loop = lambda block, n: jax.lax.fori_loop(0, n, lambda i, b: update(b), block)
+    group = _local_update(kernel, layout, widths, region, k)
+    single = _local_update(kernel, layout, widths, region, 1)
+
+    def loop(block, n):
+        def two(i, ab):  # double buffering, as pgas.run
+            b = group(ab[0])
+            return group(b), b
+
+        a, _ = jax.lax.fori_loop(0, n // (2 * k), two, (block, block))
+        a = jax.lax.cond((n // k) % 2 == 1, group, lambda s: s, a)
+        return jax.lax.fori_loop(0, n % k, lambda i, s: single(s), a)
+
     spec = PartitionSpec(*layout.spec)
     sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)
     return jax.jit(sharded, donate_argnums=0)
@@ -177,6 +273,9 @@ def run(
         halo: halo width per axis (an int for all).
         region: window the kernel writes (NumPy slices in global coordinates);
             default the whole array.
+        steps_per_exchange: ``k``: one exchange of a halo ``k * halo`` wide, then
+            ``k`` kernel steps on the extended block; ``"auto"`` chooses
+            (:func:`choose`). Every ``k`` gives the same bits.
 
     >>> import numpy as np, pgas
     >>> mesh = pgas.make_mesh(devices=1)
@@ -187,5 +286,6 @@ def run(
     key = None if region is None else tuple(
         (s.start, s.stop, s.step) for s in (region if isinstance(region, tuple) else (region,))
     )  # fmt: skip
-    program = _program(kernel, u.layout, _widths(u.layout, halo), key)
+    k = choose(u, halo, steps_per_exchange).steps_per_exchange
+    program = _program(kernel, u.layout, _widths(u.layout, halo), key, k)
     return GlobalArray(program(u.data, jnp.int32(steps)), u.layout)

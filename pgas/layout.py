@@ -129,27 +129,33 @@ class Layout:
             data = jax.lax.with_sharding_constraint(data, self.sharding)
         return data
 
+    def extended_shape(self, ext: Sequence[int]) -> tuple[int, ...]:
+        """Blocks-form shape with ``ext[i]`` extra cells on both sides of every block."""
+        return tuple(x for a, e in zip(self.axes, ext) for x in (a.parts, a.block + 2 * e))
+
     def block_iota(self, axis: int) -> jax.Array:
         """Block number along ``axis``, broadcastable against the blocks form."""
         shape = [1] * (2 * self.ndim)
         shape[2 * axis] = self.axes[axis].parts
         return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis)
 
-    def cell_iota(self, axis: int) -> jax.Array:
-        """Cell number inside a block along ``axis``, broadcastable against the blocks form."""
+    def cell_iota(self, axis: int, ext: int = 0) -> jax.Array:
+        """Cell number inside a block along ``axis`` (``-ext`` for the first halo cell)."""
         shape = [1] * (2 * self.ndim)
-        shape[2 * axis + 1] = self.axes[axis].block
-        return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1)
+        shape[2 * axis + 1] = self.axes[axis].block + 2 * ext
+        return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1) - ext
 
-    def global_index(self, axis: int, block: jax.Array | None = None) -> jax.Array:
+    def global_index(self, axis: int, block: jax.Array | None = None, ext: int = 0) -> jax.Array:
         """Global (logical) index of every cell along ``axis``, in the blocks form.
 
         ``block`` gives the block number (default: every block, as an iota; the
-        explicit path passes its own block number from ``lax.axis_index``).
+        explicit path passes its own block number from ``lax.axis_index``);
+        ``ext`` is the extension the blocks carry (halo cells get the indices of
+        the cells they copy, below 0 or from N beyond the domain edges).
         """
         ax = self.axes[axis]
         b = self.block_iota(axis) if block is None else block
-        return b * ax.base + jnp.minimum(b, ax.extra) + self.cell_iota(axis)
+        return b * ax.base + jnp.minimum(b, ax.extra) + self.cell_iota(axis, ext)
 
     def valid(self, axis: int, block: jax.Array | None = None) -> jax.Array | None:
         """Mask of real (non-padding) cells along ``axis``, or None when there is no padding."""
@@ -165,11 +171,15 @@ class Layout:
         extent: Sequence[int],
         widths: Sequence[int],
         block: Sequence[jax.Array] | None = None,
+        ext: Sequence[int] | None = None,
     ) -> jax.Array | None:
         """Cells a write to the window ``[start, start + extent)`` may change.
 
         Excludes padding and, on a ``Keep`` face, the outer
-        ``max(declared halo, widths[axis])`` cells. ``None`` means every cell.
+        ``max(declared halo, widths[axis])`` cells. With ``ext`` (extended
+        blocks) halo cells are judged by the global cell they copy (modulo
+        the size on a periodic axis) and cells beyond a non-periodic domain
+        edge are never written. ``None`` means every cell.
         """
         mask = None
         for axis, (lo, e, ax) in enumerate(zip(start, extent, self.axes)):
@@ -181,11 +191,15 @@ class Layout:
             if isinstance(high_bc, Keep):
                 hi = min(hi, ax.size - keep)
             b = None if block is None else block[axis]
-            terms = [] if ax.even else [self.valid(axis, b)]
-            if lo > 0 or hi < ax.size:
-                g = self.global_index(axis, b)
-                terms += [g >= lo] if lo > 0 else []
-                terms += [g < hi] if hi < ax.size else []
+            x = 0 if ext is None else ext[axis]
+            terms = [] if (ax.even or x) else [self.valid(axis, b)]
+            ghosts = bool(x) and not isinstance(low_bc, Periodic)  # never written
+            if lo > 0 or hi < ax.size or ghosts:
+                g = self.global_index(axis, b, x)
+                if x and isinstance(low_bc, Periodic):
+                    g = g % ax.size
+                terms += [g >= lo] if lo > 0 or ghosts else []
+                terms += [g < hi] if hi < ax.size or ghosts else []
             for t in terms:
                 mask = t if mask is None else mask & t
         return mask

@@ -1,4 +1,4 @@
-"""Compiled time loops: a whole run is one XLA program.
+"""Compiled time loops: a whole run is one XLA program, with deep halos.
 
 ``run(step, state, steps)`` compiles ``steps`` applications of ``step`` into a
 single ``lax.fori_loop`` (the trip count is a runtime value, so the program is
@@ -7,9 +7,22 @@ loop updates them in place, and accepts any pytree of global arrays (several
 fields). ``step`` may update its arguments in place (``u[1:-1] = ...``) and
 return them, or return new arrays or whole-array expressions.
 
-With ``snapshot_every=k`` the loop is a ``lax.scan`` over snapshots of an
-inner ``fori_loop`` of k steps, still one program; ``observe(state)`` picks
-what each snapshot keeps (default: the whole state; use a reduction such as
+Deep halos (``steps_per_exchange=k``, chosen by :func:`pgas.plan.plan` for
+``"auto"``): every loop iteration exchanges, for every field of the state, a
+halo ``k`` times the step's reach (:func:`frames`), runs the user's step ``k``
+times on the extended blocks without communicating (each sub-step shrinks the
+extension, see :mod:`pgas.lower`), and keeps the blocks' own cells
+(:func:`cores`). The result is bitwise equal to ``k`` single steps. A run of
+``steps`` steps is ``steps // k`` such groups and ``steps % k`` single steps;
+chunks and snapshots end on their own step counts, so groups never cross them.
+
+The loop carries the fields in their blocks form (the reshapes at the start
+and end of each step cancel) and runs two groups per iteration on two buffers
+in turn (double buffering), so that no group copies its field.
+
+With ``snapshot_every=K`` the loop is a ``lax.scan`` over snapshots of an
+inner loop of ``K`` steps, still one program; ``observe(state)`` picks what
+each snapshot keeps (default: the whole state; use a reduction such as
 :func:`pgas.sum` for cheap diagnostics). ``chunk`` and ``callback`` cut the run
 into compiled chunks and call back into Python between them only, for
 progress bars and checkpoints.
@@ -26,16 +39,22 @@ import jax.numpy as jnp
 
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
-from pgas.halo import record_exchanges
-from pgas.view import View, as_array
+from pgas.halo import extend
+from pgas.lower import blocks_of, physical_of
+from pgas.plan import AUTO, plan
+from pgas.view import View
 
-__all__ = ["run", "step_fn"]
+__all__ = ["run", "step_fn", "frames", "cores", "group_program", "program"]
 
 State = Any
 
 
-def _is_view(x) -> bool:
-    return isinstance(x, View)
+def _is_array(x) -> bool:
+    return isinstance(x, GlobalArray)
+
+
+def _as_array(x):
+    return x.to_array() if isinstance(x, View) else x
 
 
 def step_fn(step: Callable[[State], State]) -> Callable[[State], State]:
@@ -55,53 +74,86 @@ def step_fn(step: Callable[[State], State]) -> Callable[[State], State]:
                 f"step function {getattr(step, '__name__', step)!r} returned None; return the "
                 f"updated state (e.g. 'return u' after u[1:-1] = ...)"
             )
-        return jax.tree.map(as_array, out, is_leaf=_is_view)
+        return jax.tree.map(_as_array, out, is_leaf=lambda x: isinstance(x, View))
 
     return wrapped
 
 
-def _is_array(x) -> bool:
-    return isinstance(x, GlobalArray)
+def frames(state: State, halo: tuple[int, ...]) -> State:
+    """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
+
+    The extended blocks are held behind an optimization barrier, so that XLA
+    builds them once and the sub-steps read only them.
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        blocks, ext = blocks_of(g)
+        if any(ext):
+            raise PgasError("internal: frames() takes fields without halo")
+        for axis, h in enumerate(halo):
+            if h:
+                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
+                                lay.block_iota(axis))  # fmt: skip
+        return GlobalArray(jax.lax.optimization_barrier(blocks), lay, tuple(halo))
+
+    return jax.tree.map(one, state, is_leaf=_is_array)
+
+
+def cores(state: State) -> State:
+    """Every field's own cells, in the blocks form without halo."""
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        return GlobalArray(lay.to_blocks(physical_of(g)), lay, (0,) * lay.ndim)
+
+    return jax.tree.map(one, state, is_leaf=_is_array)
 
 
 def _blocks(state):
-    return jax.tree.map(lambda g: GlobalArray(g.layout.to_blocks(g.data), g.layout), state,
-                        is_leaf=_is_array)  # fmt: skip
+    return jax.tree.map(lambda g: GlobalArray(blocks_of(g)[0], g.layout, (0,) * g.layout.ndim),
+                        state, is_leaf=_is_array)  # fmt: skip
 
 
 def _physical(state):
-    return jax.tree.map(lambda g: GlobalArray(g.layout.from_blocks(g.data), g.layout), state,
-                        is_leaf=_is_array)  # fmt: skip
+    return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
+
+
+def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
+    """``k`` steps with one exchange of a halo ``k * widths`` wide."""
+
+    def group(state):
+        s = frames(state, tuple(k * w for w in widths))
+        for _ in range(k):
+            s = body(s)
+        return cores(s)
+
+    return group
+
+
+def group_program(step: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
+    """One exchange and ``k`` steps, physical state in and out (what comm_report compiles)."""
+    group = _group(step_fn(step), widths, k)
+    return lambda state: _physical(group(_blocks(state)))
 
 
 @functools.lru_cache(maxsize=64)
-def _program(step: Callable, every: int | None, observe: Callable | None):
+def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
+            observe: Callable | None):  # fmt: skip
+    """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots)."""
     body = step_fn(step)
-
-    def one(s):
-        return _blocks(body(_physical(s)))
+    group, single = _group(body, widths, k), _group(body, widths, 1)
 
     def advance(state, count):
-        # The loop carries every array in its blocks form, so that the reshapes at the
-        # start and end of each step cancel. A stencil cannot update its input in place,
-        # so with one carried buffer XLA copies the new field back every step. When the
-        # step reads its neighbours lazily (halo.shifted: 1-D decompositions), the loop
-        # carries two states and runs two steps per iteration, each writing the other
-        # buffer (double buffering: no copy). When it materialises extended blocks
-        # (2-D/3-D stencils) XLA fuses across the two steps and recomputes the first
-        # (measured 3-4x slower), so those keep one buffer.
         a = _blocks(state)
-        with record_exchanges() as log:
-            jax.eval_shape(one, a)
-        if log.materialized:
-            return _physical(jax.lax.fori_loop(0, count, lambda i, s: one(s), a)), None
 
-        def two(i, ab):
-            b = one(ab[0])
-            return one(b), b
+        def two(i, ab):  # double buffering: each group writes the other buffer
+            b = group(ab[0])
+            return group(b), b
 
-        a, b = jax.lax.fori_loop(0, count // 2, two, (a, a))
-        a = jax.lax.cond(count % 2 == 1, one, lambda s: s, a)
+        a, b = jax.lax.fori_loop(0, count // (2 * k), two, (a, a))
+        a = jax.lax.cond((count // k) % 2 == 1, group, lambda s: s, a)
+        a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s), a)
         return _physical(a), _physical(b)  # both returned: else XLA merges the buffers
 
     if every is None:
@@ -119,6 +171,23 @@ def _program(step: Callable, every: int | None, observe: Callable | None):
     return jax.jit(snapshots, donate_argnums=0, static_argnums=1)
 
 
+def _check(steps, snapshot_every, chunk) -> tuple[int | None, int]:
+    for name, value, least in (("steps", steps, 0), ("snapshot_every", snapshot_every, 1),
+                               ("chunk", chunk, 1)):  # fmt: skip
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise PgasError(f"{name} = {value!r}: give a whole number >= {least}")
+    every = snapshot_every
+    if every is not None and steps % every:
+        raise PgasError(
+            f"snapshot_every = {every} does not divide steps = {steps}; pick steps as a "
+            f"multiple of it (e.g. steps = {(steps // every + 1) * every})"
+        )
+    chunk = chunk or steps or 1
+    if every is not None and chunk % every:
+        raise PgasError(f"chunk = {chunk} must be a multiple of snapshot_every = {every}")
+    return every, chunk
+
+
 def run(
     step: Callable[[State], State],
     state: State,
@@ -128,7 +197,7 @@ def run(
     observe: Callable[[State], Any] | None = None,
     chunk: int | None = None,
     callback: Callable[[int, State], None] | None = None,
-    steps_per_exchange: int | str = "auto",
+    steps_per_exchange: int | str = AUTO,
 ):
     """Run ``steps`` steps of ``step`` as one compiled program.
 
@@ -144,6 +213,9 @@ def run(
             ``snapshot_every``), calling ``callback(steps_done, state)`` after
             each; default: one chunk.
         callback: called between chunks (progress, checkpoints); never per step.
+        steps_per_exchange: ``k``, physical steps per halo exchange (deep halos),
+            or ``"auto"`` (:func:`pgas.plan.plan` chooses). Any ``k`` gives the
+            same bits; it is lowered when the blocks are too small for its halo.
 
     Returns:
         The final state; with ``snapshot_every``, ``(state, snapshots)`` where
@@ -158,30 +230,16 @@ def run(
     >>> pgas.run(heat, u, steps=2).to_numpy()
     array([0., 1., 0.])
     """
-    from pgas.plan import check_steps_per_exchange
-
-    check_steps_per_exchange(steps_per_exchange)
-    for name, value, least in (("steps", steps, 0), ("snapshot_every", snapshot_every, 1),
-                               ("chunk", chunk, 1)):  # fmt: skip
-        if value is not None and (not isinstance(value, int) or value < least):
-            raise PgasError(f"{name} = {value!r}: give a whole number >= {least}")
-    every = snapshot_every
-    if every is not None and steps % every:
-        raise PgasError(
-            f"snapshot_every = {every} does not divide steps = {steps}; pick steps as a "
-            f"multiple of it (e.g. steps = {(steps // every + 1) * every})"
-        )
-    chunk = chunk or steps or 1
-    if every is not None and chunk % every:
-        raise PgasError(f"chunk = {chunk} must be a multiple of snapshot_every = {every}")
-    program = _program(step, every, observe)
+    every, chunk = _check(steps, snapshot_every, chunk)
+    how = plan(step, state, steps_per_exchange)
+    compiled = program(step, how.steps_per_exchange, how.widths, every, observe)
     done, parts = 0, []
     while done < steps:
         n = min(chunk, steps - done)
         if every is None:
-            state = program(state, jnp.int32(n))[0]
+            state = compiled(state, jnp.int32(n))[0]
         else:
-            state, snaps = program(state, n // every)
+            state, snaps = compiled(state, n // every)
             parts.append(snaps)
         done += n
         if callback is not None:

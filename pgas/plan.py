@@ -96,3 +96,81 @@ def choose_steps_per_exchange(
         f"cell(s) is wider than the smallest block ({min_block[axis]} cells) on axis {axis}"
     )
     return Choice(max(fit, 1), requested, note)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How :func:`pgas.run` compiles a step (see the module docstring).
+
+    Attributes:
+        widths: halo cells one step reads across each array axis (the reach of
+            the whole step: an assignment reading another's result adds up).
+        choice: the steps per exchange, ``k``, and why.
+        halo: cells exchanged per side and axis once per ``k`` steps (``k * widths``).
+        steps_per_iteration: physical steps one iteration of the compiled loop runs.
+        reads: cells a cell update reads (the stencil's neighbourhood), for the model.
+        itemsize: bytes per cell (the widest field).
+        platform: ``"cpu"`` or ``"gpu"``.
+    """
+
+    widths: tuple[int, ...]
+    choice: Choice
+    halo: tuple[int, ...]
+    steps_per_iteration: int
+    reads: int
+    itemsize: int
+    platform: str
+
+    @property
+    def steps_per_exchange(self) -> int:
+        """``k``: physical steps per halo exchange."""
+        return self.choice.steps_per_exchange
+
+    @property
+    def note(self) -> str:
+        return self.choice.note
+
+
+def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
+    """Trace ``step`` once on ``state`` (nothing runs) and decide how to compile it.
+
+    Args:
+        step: a step function as given to :func:`pgas.run`.
+        state: a :class:`pgas.GlobalArray` or a pytree of them.
+        steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(64, np.float32), pgas.make_mesh(devices=1))
+    >>> def heat(u):
+    ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    ...     return u
+    >>> p = plan(heat, u, steps_per_exchange=4)
+    >>> p.widths, p.steps_per_exchange, p.halo
+    ((1,), 4, (4,))
+    """
+    import jax
+    import numpy as np
+
+    from pgas.array import GlobalArray
+    from pgas.loop import frames, step_fn
+
+    requested = check_steps_per_exchange(steps_per_exchange)
+    arrays = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
+              if isinstance(x, GlobalArray)]  # fmt: skip
+    if not arrays:
+        raise PgasError("state holds no pgas.GlobalArray; build it with pgas.from_numpy")
+    ndim = arrays[0].layout.ndim
+    probe = tuple(min(a.layout.axes[i].min_length for a in arrays) for i in range(ndim))
+    out = jax.eval_shape(lambda s: step_fn(step)(frames(s, probe)), state)
+    widths = [0] * ndim
+    for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
+        if isinstance(leaf, GlobalArray) and leaf.ext is not None:
+            widths = [max(w, p - e) for w, p, e in zip(widths, probe, leaf.ext)]
+    itemsize = max(np.dtype(a.dtype).itemsize for a in arrays)
+    reads = int(np.prod([2 * w + 1 for w in widths]))
+    platform = arrays[0].layout.mesh.devices.flat[0].platform
+    platform = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
+    choice = choose_steps_per_exchange(requested, probe, widths, itemsize, reads, platform)
+    k = choice.steps_per_exchange
+    return Plan(tuple(widths), choice, tuple(k * w for w in widths), 2 * k, reads, itemsize,
+                platform)  # fmt: skip

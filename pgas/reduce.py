@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec
 
 from pgas.array import GlobalArray
 from pgas.errors import LayoutError
+from pgas.lower import physical_of
 
 __all__ = ["sum", "min", "max", "mean"]
 
@@ -47,7 +48,7 @@ def _reduce(array: GlobalArray, local: Callable, collective: Callable, fill) -> 
         return collective(value, names) if names else value
 
     return shard_map(per_device, mesh=lay.mesh, in_specs=PartitionSpec(*lay.spec),
-                     out_specs=PartitionSpec())(array.data)  # fmt: skip
+                     out_specs=PartitionSpec())(physical_of(array))  # fmt: skip
 
 
 def sum(array: GlobalArray) -> jax.Array:  # noqa: A001

@@ -26,11 +26,15 @@ from collections.abc import Callable
 
 import jax
 
-from pgas.errors import PgasError
-from pgas.halo import Exchange, record_exchanges
-from pgas.loop import step_fn
-
-__all__ = ["Collective", "CommReport", "comm_report", "parse_collectives"]
+__all__ = [
+    "Collective",
+    "CommReport",
+    "Exchange",
+    "comm_report",
+    "compiled_report",
+    "exchanges_of",
+    "parse_collectives",
+]
 
 KINDS = ("collective-permute", "all-gather", "all-reduce", "all-to-all", "reduce-scatter",
          "collective-broadcast")  # fmt: skip
@@ -143,14 +147,63 @@ def parse_collectives(hlo: str, loop: bool = False) -> list[Collective]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Exchange:
+    """One halo exchange along one axis, as seen by one device.
+
+    Attributes:
+        axis: array axis.
+        width: halo width (cells per side).
+        parts: number of blocks along the axis (devices of its mesh axis).
+        slab_cells: cells in one slab sent in one direction by one device.
+        itemsize: bytes per cell.
+    """
+
+    axis: int
+    width: int
+    parts: int
+    slab_cells: int
+    itemsize: int
+
+    @property
+    def ideal_bytes(self) -> int:
+        """Bytes one device must send per exchange: 2 sides x slab (0 on one block)."""
+        return 2 * self.slab_cells * self.itemsize if self.parts > 1 else 0
+
+
+def exchanges_of(layout, halo: tuple[int, ...], itemsize: int) -> list[Exchange]:
+    """The exchanges of one field extended by ``halo`` (two-phase: later faces hold corners).
+
+    >>> import pgas
+    >>> lay = pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout
+    >>> [e.slab_cells for e in exchanges_of(lay, (1, 1), 1)]
+    [8, 10]
+    """
+    out = []
+    for axis, h in enumerate(halo):
+        if h:
+            face = math.prod(
+                a.block + (2 * halo[j] if j < axis else 0)
+                for j, a in enumerate(layout.axes) if j != axis
+            )  # fmt: skip
+            out.append(Exchange(axis, h, layout.axes[axis].parts, h * face, itemsize))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
 class CommReport:
     """Collectives of a compiled step against the ideal halo traffic.
+
+    Counts and bytes are per device and per physical step: the program
+    compiled for the report runs ``steps_per_exchange`` steps per exchange,
+    and its collectives are divided by that.
 
     Attributes:
         name: the step's name.
         mesh: mesh axis sizes.
-        collectives: every collective found (``per_step`` tells which run per step).
-        exchanges: the halo exchanges pgas placed in one step.
+        collectives: every collective found (``per_step`` tells which run per exchange).
+        exchanges: the halo exchanges pgas placed, once per ``steps_per_exchange`` steps.
+        steps_per_exchange: ``k``, physical steps per exchange.
+        note: why ``k`` is lower than asked for, if it is.
         stablehlo: Shardy-annotated StableHLO text, when asked for.
     """
 
@@ -158,34 +211,44 @@ class CommReport:
     mesh: dict
     collectives: tuple[Collective, ...]
     exchanges: tuple[Exchange, ...]
+    steps_per_exchange: int = 1
+    note: str = ""
     stablehlo: str | None = None
 
     @property
     def per_step(self) -> tuple[Collective, ...]:
+        """The collectives that run once per exchange (inside the compiled loop)."""
         return tuple(c for c in self.collectives if c.per_step)
 
-    def count(self, kind: str) -> int:
-        """How many collectives of ``kind`` one device runs per step."""
+    def per_exchange(self, kind: str) -> int:
+        """How many collectives of ``kind`` one device runs per exchange."""
         return sum(c.kind == kind for c in self.per_step)
 
-    def bytes(self, kind: str | None = None) -> int:
-        """Bytes one device sends per step (all kinds, or one)."""
-        return sum(c.bytes for c in self.per_step if kind in (None, c.kind))
+    def count(self, kind: str) -> float:
+        """Collectives of ``kind`` one device runs per physical step."""
+        return self.per_exchange(kind) / self.steps_per_exchange
+
+    def bytes(self, kind: str | None = None) -> float:
+        """Bytes one device sends per physical step (all kinds, or one)."""
+        total = sum(c.bytes for c in self.per_step if kind in (None, c.kind))
+        return total / self.steps_per_exchange
 
     @property
-    def messages_total(self) -> int:
-        """Halo messages all devices together send per step (as MPI would count them)."""
-        return sum(c.messages for c in self.per_step if c.kind == "collective-permute")
+    def messages_total(self) -> float:
+        """Halo messages all devices together send per physical step (as MPI counts them)."""
+        msgs = sum(c.messages for c in self.per_step if c.kind == "collective-permute")
+        return msgs / self.steps_per_exchange
 
     @property
-    def bytes_total(self) -> int:
-        """Halo bytes all devices together send per step."""
-        return sum(c.messages * c.bytes for c in self.per_step if c.kind == "collective-permute")
+    def bytes_total(self) -> float:
+        """Halo bytes all devices together send per physical step."""
+        total = sum(c.messages * c.bytes for c in self.per_step if c.kind == "collective-permute")
+        return total / self.steps_per_exchange
 
     @property
-    def ideal_bytes(self) -> int:
-        """Bytes per device per step of the ideal halo exchange."""
-        return sum(e.ideal_bytes for e in self.exchanges)
+    def ideal_bytes(self) -> float:
+        """Bytes per device per physical step of the ideal halo exchange."""
+        return sum(e.ideal_bytes for e in self.exchanges) / self.steps_per_exchange
 
     @property
     def ratio(self) -> float:
@@ -196,22 +259,31 @@ class CommReport:
 
     @property
     def gathers(self) -> int:
-        """Collectives that move whole arrays rather than halos, per step."""
-        return sum(self.count(k) for k in ("all-gather", "all-to-all", "reduce-scatter"))
+        """Collectives that move whole arrays rather than halos, per exchange."""
+        return sum(self.per_exchange(k) for k in ("all-gather", "all-to-all", "reduce-scatter"))
 
     def to_dict(self) -> dict:
-        """Per kind ``count_per_step`` and ``bytes_per_step``, plus the ideal (JSON-ready).
+        """Per kind counts and bytes per physical step and per exchange (JSON-ready).
 
         >>> CommReport("s", {}, (), ()).to_dict()["ideal_halo_bytes_per_step"]
-        0
+        0.0
         """
-        out = {k: {"count_per_step": self.count(k), "bytes_per_step": self.bytes(k)} for k in KINDS}
-        out["ideal_halo_bytes_per_step"] = self.ideal_bytes
+        out = {k: {"count_per_step": self.count(k), "bytes_per_step": self.bytes(k),
+                   "count_per_exchange": self.per_exchange(k)} for k in KINDS}  # fmt: skip
+        out["steps_per_exchange"] = self.steps_per_exchange
+        out["steps_per_exchange_note"] = self.note
+        out["ideal_halo_bytes_per_step"] = float(self.ideal_bytes)
         out["halo_ratio"] = None if math.isinf(self.ratio) else round(self.ratio, 4)
+        out["messages_per_step"] = self.messages_total
+        out["halo_bytes_per_step_all_devices"] = self.bytes_total
         return out
 
     def __str__(self) -> str:
-        lines = [f"communication of {self.name!r} on mesh {self.mesh} (per device, per step)"]
+        k = self.steps_per_exchange
+        lines = [f"communication of {self.name!r} on mesh {self.mesh}, {k} step(s) per exchange"
+                 f" (per device, per exchange)"]  # fmt: skip
+        if self.note:
+            lines.append(f"  steps_per_exchange {self.note}")
         lines.append(f"  {'collective':<20} {'bytes':>10}  {'operand':<16} pairs")
         for c in self.per_step:
             pairs = c.pairs if len(c.pairs) <= 60 else c.pairs[:57] + "..."
@@ -221,16 +293,44 @@ class CommReport:
             lines.append(f"  once per run (outside the loop): {len(once)} collective(s), "
                          f"{sum(c.bytes for c in once)} bytes")  # fmt: skip
         counts = Counter(c.kind for c in self.per_step)
-        lines.append("  per step: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in KINDS))
+        lines.append("  per physical step: " + ", ".join(
+            f"{counts.get(kind, 0) / k:g} {kind}" for kind in KINDS))  # fmt: skip
         ideal = " + ".join(
             f"2x{e.width}x{e.slab_cells // e.width}x{e.itemsize}B (axis {e.axis})"
             for e in self.exchanges if e.parts > 1
         ) or "0"  # fmt: skip
-        lines.append(f"  halo bytes {self.bytes('collective-permute')}; ideal {self.ideal_bytes}"
-                     f" = {ideal}; ratio {self.ratio:.2f}")  # fmt: skip
+        per = f"/{k}" if k > 1 else ""
+        lines.append(f"  halo bytes per step {self.bytes('collective-permute'):g}; ideal "
+                     f"{self.ideal_bytes:g} = ({ideal}){per}; ratio {self.ratio:.2f}")  # fmt: skip
         if self.gathers:
-            lines.append(f"  WARNING: {self.gathers} whole-array collective(s) per step")
+            lines.append(f"  WARNING: {self.gathers} whole-array collective(s) per exchange")
         return "\n".join(lines)
+
+
+def compiled_report(
+    fn: Callable,
+    args: tuple,
+    *,
+    name: str,
+    mesh: dict,
+    exchanges,
+    steps_per_exchange: int = 1,
+    note: str = "",
+    loop: bool = False,
+    shardy: bool = False,
+) -> CommReport:
+    """Compile ``fn(*args)`` and report its collectives (the engine of every ``comm_report``).
+
+    ``fn`` runs ``steps_per_exchange`` physical steps per exchange (per loop
+    iteration when ``loop`` is set: then only the loop body counts).
+    """
+    lowered = jax.jit(fn).lower(*args)
+    hlo = lowered.compile().as_text()
+    return CommReport(
+        name=name, mesh=mesh, collectives=tuple(parse_collectives(hlo, loop=loop)),
+        exchanges=tuple(exchanges), steps_per_exchange=steps_per_exchange, note=note,
+        stablehlo=lowered.as_text() if shardy else None,
+    )  # fmt: skip
 
 
 def comm_report(
@@ -238,19 +338,22 @@ def comm_report(
     *state,
     loop: bool = False,
     shardy: bool = False,
-    steps_per_exchange: int | str = 1,
+    steps_per_exchange: int | str = "auto",
 ) -> CommReport:
-    """Compile ``step(*state)`` and report the collectives one device runs per step.
+    """Compile ``step`` as :func:`pgas.run` does and report the collectives per step.
+
+    One exchange of a halo ``k`` times the step's reach, then ``k`` steps
+    (``k = steps_per_exchange``, chosen by :func:`pgas.plan.plan` for
+    ``"auto"``); counts and bytes are divided by ``k``.
 
     Args:
-        step: a step function as given to :func:`pgas.run` (or any function of
-            global arrays).
-        *state: its arguments (global arrays or pytrees of them).
-        loop: compile the step inside a ``fori_loop`` as :func:`pgas.run` does,
-            and count only the loop body as per step.
+        step: a global-view step function as given to :func:`pgas.run`.
+        *state: its state (one argument; several are passed as a tuple to a
+            step that takes and returns them all).
+        loop: compile the compiled loop (a ``fori_loop`` of such groups) and count
+            only its body; collectives outside it are one-time traffic.
         shardy: keep the Shardy-annotated StableHLO in ``report.stablehlo``.
-        steps_per_exchange: physical steps per halo exchange (``k``, or ``"auto"``);
-            counts are per physical step.
+        steps_per_exchange: ``k`` or ``"auto"``.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(8, np.float32), pgas.make_mesh(devices=1))
@@ -258,29 +361,49 @@ def comm_report(
     ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
     ...     return u
     >>> pgas.comm_report(heat, u).count("all-gather")
-    0
+    0.0
     """
-    body = step_fn(step)
+    from pgas.loop import group_program
+    from pgas.plan import plan
+
+    fn, s = (step, state[0]) if len(state) == 1 else ((lambda t: step(*t)), tuple(state))
+    if not _is_step(fn, s):  # e.g. a reduction: compiled as it is, one call = one step
+        mesh = _arrays(s)[0].layout.mesh if _arrays(s) else None
+        return compiled_report(lambda t: fn(t), (s,), name=getattr(step, "__name__", "fn"),
+                               mesh=dict(mesh.shape) if mesh else {}, exchanges=(),
+                               shardy=shardy)  # fmt: skip
+    how = plan(fn, s, steps_per_exchange)
+    k = how.steps_per_exchange
+    group = group_program(fn, how.widths, k)
     if loop:
-        if len(state) != 1:
-            raise PgasError(
-                f"loop=True compiles pgas.run's loop, whose step takes one state; got "
-                f"{len(state)} arguments: pack them in a tuple or dict"
-            )
-        fn = lambda s, n: jax.lax.fori_loop(0, n, lambda i, x: body(x), s)  # noqa: E731
-        args = (*state, jax.numpy.int32(2))  # a traced trip count, as in pgas.run
+        prog = lambda t, n: jax.lax.fori_loop(0, n, lambda i, x: group(x), t)  # noqa: E731
+        args = (s, jax.numpy.int32(2))  # a traced trip count, as in pgas.run
     else:
-        fn, args = (lambda *s: body(*s)), state  # a fresh function: never a cached trace
-    with record_exchanges() as log:
-        lowered = jax.jit(fn).lower(*args)
-    hlo = lowered.compile().as_text()
-    meshes = [leaf.layout.mesh for leaf in _arrays(state)]
-    return CommReport(
-        name=getattr(step, "__name__", "step"),
-        mesh=dict(meshes[0].shape) if meshes else {},
-        collectives=tuple(parse_collectives(hlo, loop=loop)),
-        exchanges=tuple(log.exchanges),
-        stablehlo=lowered.as_text() if shardy else None,
+        prog, args = group, (s,)
+    arrays = _arrays(s)
+    exchanges = [e for a in arrays for e in exchanges_of(a.layout, how.halo, a.dtype.itemsize)]
+    return compiled_report(
+        prog, args, name=getattr(step, "__name__", "step"),
+        mesh=dict(arrays[0].layout.mesh.shape) if arrays else {}, exchanges=exchanges,
+        steps_per_exchange=k, note=how.note, loop=loop, shardy=shardy,
+    )  # fmt: skip
+
+
+def _is_step(fn: Callable, state) -> bool:
+    """Whether ``fn`` maps the state to a state of the same structure (a time step)."""
+    from pgas.array import GlobalArray
+    from pgas.view import View
+
+    def structure(x):
+        leaf = lambda y: isinstance(y, (GlobalArray, View))  # noqa: E731
+        return jax.tree.structure(x, is_leaf=leaf), [type(y) for y in jax.tree.leaves(x, leaf)]
+
+    out = jax.eval_shape(fn, state)
+    (s_def, s_types), (o_def, o_types) = structure(state), structure(out)
+    return (
+        s_def == o_def
+        and all(t is GlobalArray for t in s_types)
+        and all(t in (GlobalArray, View) or issubclass(t, View) for t in o_types)
     )
 
 

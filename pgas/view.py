@@ -1,54 +1,91 @@
-"""Views: halo-aware slicing of global arrays, lowered to halo exchange.
+"""Views: lazy windows of global arrays, and the expressions built from them.
 
-``u[1:-1]`` on a :class:`~pgas.GlobalArray` does not copy anything: it is a
-lazy :class:`View`, a rectangular window of the array. Arithmetic between views
-of equal shape aligns them element by element, as NumPy does, and builds an
-expression. Nothing runs until the expression is assigned,
-``u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])``, or returned.
+``u[1:-1]`` on a :class:`~pgas.GlobalArray` copies nothing: it is a lazy
+:class:`View`, a rectangular window of the array (a :class:`Leaf`).
+Arithmetic between views of equal shape aligns them element by element, as
+NumPy does, and builds an expression (:class:`Op`). Nothing runs until the
+expression is assigned, ``u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])``
+(see :mod:`pgas.lower`), or returned from a step.
 
-The contract of the lowering. Relative to the assigned window, every view of
-an array is a *shift* of that array by a static offset per axis (``u[:-2]``
-seen from ``u[1:-1]`` is ``u`` shifted by -1). Assignment
-
-1. collects the offsets per array and axis; their largest magnitude is the halo
-   width that axis needs (checked against the declared halo and the block size);
-2. exchanges each array's halo slabs of that width, axis after axis (two
-   collective-permutes per split axis, corners included). An array read
-   across one axis only keeps its slabs apart and reads each neighbour lazily
-   (:func:`pgas.halo.shifted`); otherwise its blocks are extended
-   (:func:`pgas.halo.extend`);
-3. evaluates the expression on local reads of the (extended) blocks (no
-   further communication) and writes it where the window is (a mask built from
-   global indices; cells outside it, padding, and the outer cells of a
-   ``Keep`` face keep their values).
-
-So the compiled program sends halo-sized collective-permutes and never gathers
-the array. :func:`shift` reads across the domain edge by the array's boundary
-condition. Steps other than 1, bounds that are not Python integers and index
-arrays raise :class:`~pgas.errors.IndexingError`: they cannot be a halo
-exchange.
+The operators live in the :class:`Operators` mixin, shared by views and by
+:class:`~pgas.GlobalArray` (a whole array is the view of all its cells).
+:func:`shift` reads across the domain edge by the array's boundary
+condition; :func:`where` and :func:`apply` combine views elementwise.
+Steps other than 1, bounds that are not Python integers and index arrays
+raise :class:`~pgas.errors.IndexingError`: they cannot be a halo exchange.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from pgas.array import GlobalArray
-from pgas.errors import DTypeMismatchError, IndexingError, LayoutError, ShapeMismatchError
-from pgas.halo import extend, shifted, slabs
+from pgas.errors import IndexingError, ShapeMismatchError
 
-__all__ = ["View", "shift", "where", "apply"]
+__all__ = [
+    "View", "Leaf", "Op", "Operators", "Window",
+    "shift", "where", "apply", "normalize_index", "as_view", "is_scalar",
+]  # fmt: skip
 
-Scalar = (int, float, bool, np.number, np.bool_)
+SCALARS = (int, float, bool, np.number, np.bool_)
 
 
-class View:
+def is_scalar(x: Any) -> bool:
+    """True for Python and NumPy scalars and 0-d arrays (they broadcast against views)."""
+    return isinstance(x, SCALARS) or (isinstance(x, (jax.Array, np.ndarray)) and np.ndim(x) == 0)
+
+
+def _binary(fn, reflected=False):
+    if reflected:
+        return lambda self, other: _op(fn, other, self)
+    return lambda self, other: _op(fn, self, other)
+
+
+def _unary(fn):
+    return lambda self: _op(fn, self)
+
+
+class Operators:
+    """Elementwise arithmetic, comparisons and ``astype``, building :class:`Op` expressions.
+
+    Mixed into :class:`View` and :class:`pgas.GlobalArray`; a class using it
+    gives its whole-array view through ``as_view()``.
+    """
+
+    __slots__ = ()
+
+    def as_view(self) -> View:
+        raise NotImplementedError
+
+    def astype(self, dtype) -> View:
+        """The expression cast to ``dtype`` (elementwise)."""
+        return _op(lambda x: x.astype(dtype), self)
+
+    __add__, __radd__ = _binary(operator.add), _binary(operator.add, True)
+    __sub__, __rsub__ = _binary(operator.sub), _binary(operator.sub, True)
+    __mul__, __rmul__ = _binary(operator.mul), _binary(operator.mul, True)
+    __truediv__, __rtruediv__ = _binary(operator.truediv), _binary(operator.truediv, True)
+    __floordiv__, __rfloordiv__ = _binary(operator.floordiv), _binary(operator.floordiv, True)
+    __mod__, __rmod__ = _binary(operator.mod), _binary(operator.mod, True)
+    __pow__, __rpow__ = _binary(operator.pow), _binary(operator.pow, True)
+    __and__, __rand__ = _binary(operator.and_), _binary(operator.and_, True)
+    __or__, __ror__ = _binary(operator.or_), _binary(operator.or_, True)
+    __xor__, __rxor__ = _binary(operator.xor), _binary(operator.xor, True)
+    __lshift__, __rlshift__ = _binary(operator.lshift), _binary(operator.lshift, True)
+    __rshift__, __rrshift__ = _binary(operator.rshift), _binary(operator.rshift, True)
+    __lt__, __le__ = _binary(operator.lt), _binary(operator.le)
+    __gt__, __ge__ = _binary(operator.gt), _binary(operator.ge)
+    __eq__, __ne__ = _binary(operator.eq), _binary(operator.ne)  # type: ignore[assignment]
+    __neg__, __pos__ = _unary(operator.neg), _unary(operator.pos)
+    __abs__, __invert__ = _unary(operator.abs), _unary(operator.invert)
+    __hash__ = object.__hash__
+
+
+class View(Operators):
     """A lazy window of one or more global arrays (see the module docstring).
 
     >>> import numpy as np, pgas
@@ -61,9 +98,22 @@ class View:
     array([0., 1., 2., 3., 4., 5.], dtype=float32)
     """
 
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    weak: bool = False  # weakly typed (from Python scalars): takes the target's dtype
+    __slots__ = ("shape", "dtype", "weak")
+
+    def as_view(self) -> View:
+        return self
+
+    def leaves(self) -> list[Leaf]:
+        """The array windows the expression reads."""
+        raise NotImplementedError
+
+    def evaluate(self, read: Callable[[Leaf], jax.Array]) -> jax.Array:
+        """The expression's values, with ``read(leaf)`` giving each window's values."""
+        raise NotImplementedError
+
+    def shifted(self, offset: int, axis: int) -> View:
+        """The expression read ``offset`` cells earlier along view axis ``axis``."""
+        raise NotImplementedError
 
     def __array__(self, *args, **kwargs):
         raise IndexingError(
@@ -71,23 +121,13 @@ class View:
             "call view.to_array() and then .to_numpy()"
         )
 
-    # ---- expression building ----------------------------------------------------------
-    def _leaves(self) -> list[_Leaf]:
-        raise NotImplementedError
-
-    def _eval(self, target: tuple[int, ...], ext: dict) -> jax.Array:
-        raise NotImplementedError
-
-    def _shifted(self, offset: int, axis: int) -> View:
-        raise NotImplementedError
-
     def __getitem__(self, key) -> View:
         raise IndexingError(
             "slice the array, not an expression: write u[1:-1] + w[1:-1], not (u + w)[1:-1]"
         )
 
-    def to_array(self) -> GlobalArray:
-        """Materialise a whole-array expression as a new :class:`GlobalArray`.
+    def to_array(self):
+        """Materialise a whole-array expression as a new :class:`~pgas.GlobalArray`.
 
         The result takes the layout of the expression's first array; cells the
         array keeps (``Keep`` faces) come from that array.
@@ -97,53 +137,66 @@ class View:
         >>> (2 * u).to_array().to_numpy()
         array([0., 2., 4., 6.])
         """
-        base = self._leaves()[0].array
+        base = self.leaves()[0].array
         if self.shape != base.layout.shape:
             raise ShapeMismatchError(
                 f"to_array needs a whole-array expression of shape {base.layout.shape}; got "
                 f"shape {self.shape}; assign a window instead: u[1:-1] = expression"
             )
-        out = GlobalArray(base.data, base.layout)
+        out = base.copy()
         out[...] = self
         return out
 
     def __repr__(self) -> str:
         return f"View(shape={self.shape}, dtype={self.dtype})"
 
-    __hash__ = object.__hash__
+
+class Window:
+    """A rectangular window of a global array: ``start`` and ``extent`` per axis.
+
+    ``kept`` marks the axes a slice keeps (an integer index drops its axis).
+
+    >>> Window((1,), (4,), (True,)).shape
+    (4,)
+    """
+
+    __slots__ = ("start", "extent", "kept")
+
+    def __init__(self, start: tuple[int, ...], extent: tuple[int, ...], kept: tuple[bool, ...]):
+        self.start, self.extent, self.kept = start, extent, kept
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(e for e, k in zip(self.extent, self.kept) if k)
 
 
-class _Leaf(View):
-    """A window ``array[start : start + extent]`` (full rank); ``kept`` marks non-integer axes."""
+class Leaf(View):
+    """The window ``array[window]`` of one global array."""
 
-    def __init__(self, array: GlobalArray, start, extent, kept):
-        self.array, self.start, self.extent, self.kept = array, start, extent, kept
-        self.shape = tuple(e for e, k in zip(extent, kept) if k)
-        self.dtype = array.dtype
+    __slots__ = ("array", "window")
 
-    def _leaves(self):
+    def __init__(self, array, window: Window):
+        self.array, self.window = array, window
+        self.shape, self.dtype, self.weak = window.shape, np.dtype(array.dtype), False
+
+    def leaves(self) -> list[Leaf]:
         return [self]
 
-    def _shifted(self, offset, axis):
-        full = [i for i, k in enumerate(self.kept) if k][axis]  # view axis -> array axis
-        start = list(self.start)
+    def evaluate(self, read):
+        return read(self)
+
+    def shifted(self, offset, axis):
+        w = self.window
+        full = [i for i, k in enumerate(w.kept) if k][axis]  # view axis -> array axis
+        start = list(w.start)
         start[full] -= offset
-        return _Leaf(self.array, tuple(start), self.extent, self.kept)
-
-    def _eval(self, target, ext):
-        offset = tuple(s - t for s, t in zip(self.start, target))
-        blocks, widths = ext[id(self.array)]
-        if isinstance(widths, _Slabs):
-            return shifted(blocks, widths.axis, offset[widths.axis], widths.left, widths.right)
-        lay = self.array.layout
-        for axis, (k, h, ax) in enumerate(zip(offset, widths, lay.axes)):
-            if h:
-                blocks = jax.lax.slice_in_dim(blocks, h + k, h + k + ax.block, axis=2 * axis + 1)
-        return blocks
+        return Leaf(self.array, Window(tuple(start), w.extent, w.kept))
 
 
-class _Op(View):
+class Op(View):
     """An elementwise function of views and scalars of one shape."""
+
+    __slots__ = ("fn", "args")
 
     def __init__(self, fn: Callable, args: tuple):
         self.fn, self.args = fn, args
@@ -159,23 +212,26 @@ class _Op(View):
         out = jax.eval_shape(fn, *spec)
         self.dtype, self.weak = np.dtype(out.dtype), bool(getattr(out, "weak_type", False))
 
-    def _leaves(self):
-        return [leaf for a in self.args if isinstance(a, View) for leaf in a._leaves()]
+    def leaves(self):
+        return [leaf for a in self.args if isinstance(a, View) for leaf in a.leaves()]
 
-    def _shifted(self, offset, axis):
-        return _Op(self.fn, tuple(shift(a, offset, axis) if isinstance(a, View) else a
-                                  for a in self.args))  # fmt: skip
+    def evaluate(self, read):
+        return self.fn(*(a.evaluate(read) if isinstance(a, View) else a for a in self.args))
 
-    def _eval(self, target, ext):
-        return self.fn(*(a._eval(target, ext) if isinstance(a, View) else a for a in self.args))
+    def shifted(self, offset, axis):
+        return Op(self.fn, tuple(a.shifted(offset, axis) if isinstance(a, View) else a
+                                 for a in self.args))  # fmt: skip
 
 
-def _operand(x):
-    if isinstance(x, GlobalArray):
-        return _whole(x)
-    if isinstance(x, (View,) + Scalar):
-        return x
-    if isinstance(x, (jax.Array, np.ndarray)) and np.ndim(x) == 0:
+def as_view(x: Any) -> View | Any:
+    """A view for arrays and views; scalars pass through; anything else is refused.
+
+    >>> as_view(2.0)
+    2.0
+    """
+    if isinstance(x, Operators):
+        return x.as_view()
+    if is_scalar(x):
         return x
     raise IndexingError(
         f"cannot combine a pgas view with {type(x).__name__} of shape {np.shape(x)}; use "
@@ -184,7 +240,7 @@ def _operand(x):
 
 
 def _op(fn: Callable, *args) -> View:
-    return _Op(fn, tuple(_operand(a) for a in args))
+    return Op(fn, tuple(as_view(a) for a in args))
 
 
 def apply(fn: Callable, *args) -> View:
@@ -208,38 +264,13 @@ def where(cond, x, y) -> View:
     >>> u.to_numpy()
     array([0, 1, 9, 9])
     """
+    import jax.numpy as jnp
+
     return _op(jnp.where, cond, x, y)
 
 
-def _binary(fn, reflected=False):
-    if reflected:
-        return lambda self, other: _op(fn, other, self)
-    return lambda self, other: _op(fn, self, other)
-
-
-_BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod,
-    "pow": operator.pow, "and": operator.and_, "or": operator.or_, "xor": operator.xor,
-    "lshift": operator.lshift, "rshift": operator.rshift,
-}  # fmt: skip
-_COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-            "eq": operator.eq, "ne": operator.ne}  # fmt: skip
-_UNARY = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs, "invert": operator.invert}
-
-for _cls in (View, GlobalArray):
-    for _name, _fn in _BINARY.items():
-        setattr(_cls, f"__{_name}__", _binary(_fn))
-        setattr(_cls, f"__r{_name}__", _binary(_fn, reflected=True))
-    for _name, _fn in _COMPARE.items():
-        setattr(_cls, f"__{_name}__", _binary(_fn))
-    for _name, _fn in _UNARY.items():
-        setattr(_cls, f"__{_name}__", lambda self, fn=_fn: _op(fn, self))
-    _cls.astype = lambda self, dtype: _op(lambda x: x.astype(dtype), self)
-
-
 # ---- indexing ---------------------------------------------------------------------------
-def _static_int(x, what: str) -> int:
+def _static_int(x, what: str) -> int | None:
     if x is None:
         return None
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
@@ -250,70 +281,60 @@ def _static_int(x, what: str) -> int:
     return int(x)
 
 
-def _normalize(key, shape) -> tuple[tuple, tuple, tuple]:
-    """``(start, extent, kept)`` per axis of a basic index with unit steps."""
+def _expand(key, ndim: int) -> tuple:
     key = key if isinstance(key, tuple) else (key,)
     dots = [i for i, k in enumerate(key) if k is Ellipsis]
     if len(dots) > 1:
         raise IndexingError(f"index {key!r} has more than one '...'")
     if dots:
         i = dots[0]
-        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1 :]
-    if len(key) > len(shape):
-        raise IndexingError(f"index {key!r} has {len(key)} entries for a {len(shape)}-D array")
-    key = key + (slice(None),) * (len(shape) - len(key))
-    start, extent, kept = [], [], []
-    for axis, (k, n) in enumerate(zip(key, shape)):
-        if isinstance(k, slice):
-            step = _static_int(k.step, f"step of index {axis}")
-            if step not in (None, 1):
-                raise IndexingError(
-                    f"slice {k} on axis {axis} has step {step}; only unit steps are halo "
-                    f"shifts: use step 1 (strided access would gather the array)"
-                )
-            a = _static_int(k.start, f"start of index {axis}")
-            b = _static_int(k.stop, f"stop of index {axis}")
-            lo, hi, _ = slice(a, b).indices(n)
-            start.append(lo)
-            extent.append(max(hi - lo, 0))
-            kept.append(True)
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
-            i = int(k) + n if k < 0 else int(k)
-            if not 0 <= i < n:
-                raise IndexingError(f"index {int(k)} is out of bounds for axis {axis} of size {n}")
-            start.append(i)
-            extent.append(1)
-            kept.append(False)
-        else:
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1 :]
+    if len(key) > ndim:
+        raise IndexingError(f"index {key!r} has {len(key)} entries for a {ndim}-D array")
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def _one(k, n: int, axis: int) -> tuple[int, int, bool]:
+    """``(start, extent, kept)`` of one index entry on an axis of ``n`` cells."""
+    if isinstance(k, slice):
+        step = _static_int(k.step, f"step of index {axis}")
+        if step not in (None, 1):
             raise IndexingError(
-                f"index {k!r} ({type(k).__name__}) on axis {axis} is not supported: pgas "
-                f"takes integers and slices with static bounds and unit step (no index "
-                f"arrays, masks or traced values: they would gather the array)"
+                f"slice {k} on axis {axis} has step {step}; only unit steps are halo "
+                f"shifts: use step 1 (strided access would gather the array)"
             )
+        a = _static_int(k.start, f"start of index {axis}")
+        b = _static_int(k.stop, f"stop of index {axis}")
+        lo, hi, _ = slice(a, b).indices(n)
+        return lo, max(hi - lo, 0), True
+    if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+        i = int(k) + n if k < 0 else int(k)
+        if not 0 <= i < n:
+            raise IndexingError(f"index {int(k)} is out of bounds for axis {axis} of size {n}")
+        return i, 1, False
+    raise IndexingError(
+        f"index {k!r} ({type(k).__name__}) on axis {axis} is not supported: pgas "
+        f"takes integers and slices with static bounds and unit step (no index "
+        f"arrays, masks or traced values: they would gather the array)"
+    )
+
+
+def normalize_index(key, shape: tuple[int, ...]) -> Window:
+    """The :class:`Window` of a basic index (integers and unit-step slices).
+
+    >>> w = normalize_index((slice(1, -1), 0), (5, 3))
+    >>> w.start, w.extent, w.kept
+    ((1, 0), (3, 1), (True, False))
+    """
+    key = _expand(key, len(shape))
+    parts = [_one(k, n, axis) for axis, (k, n) in enumerate(zip(key, shape))]
+    start, extent, kept = (tuple(p[i] for p in parts) for i in range(3))
     if any(e == 0 for e in extent):
         raise IndexingError(f"index {key!r} selects no cells (shape {tuple(extent)})")
-    return tuple(start), tuple(extent), tuple(kept)
+    return Window(start, extent, kept)
 
 
-def _whole(array: GlobalArray) -> _Leaf:
-    n = array.layout.shape
-    return _Leaf(array, (0,) * len(n), n, (True,) * len(n))
-
-
-def _check_unbatched(array: GlobalArray) -> None:
-    if array.batch_ndim:
-        raise IndexingError(
-            f"this array holds {array.data.shape[0]} stacked snapshots; index a single field "
-            f"(use .to_numpy() to read snapshots)"
-        )
-
-
-def _getitem(self: GlobalArray, key) -> View:
-    _check_unbatched(self)
-    return _Leaf(self, *_normalize(key, self.layout.shape))
-
-
-def shift(x: GlobalArray | View, offset: int, axis: int = 0) -> View:
+def shift(x, offset: int, axis: int = 0) -> View:
     """``x`` shifted by ``offset`` cells along ``axis``, like ``jnp.roll``.
 
     Element ``i`` is ``x[i - offset]``; reads beyond the domain edge follow
@@ -326,148 +347,11 @@ def shift(x: GlobalArray | View, offset: int, axis: int = 0) -> View:
     >>> pgas.shift(u, 1).to_array().to_numpy()
     array([-1.,  0.,  1.,  2.])
     """
-    if isinstance(x, GlobalArray):
-        _check_unbatched(x)
-        x = _whole(x)
-    if not isinstance(x, View):
+    if not isinstance(x, Operators):
         raise IndexingError(f"shift needs a pgas.GlobalArray or View, got {type(x).__name__}")
+    x = x.as_view()
     ndim = len(x.shape)
     axis = _static_int(axis, "axis")
     if not -ndim <= axis < ndim:
         raise IndexingError(f"axis = {axis} is out of range for a {ndim}-D array")
-    return x._shifted(_static_int(offset, "offset"), axis % ndim)
-
-
-# ---- assignment -------------------------------------------------------------------------
-def _check_dtype(value: np.dtype, target: np.dtype, weak: bool) -> None:
-    if weak:  # a Python-scalar expression: ints fit any number, floats need a float array
-        ok = target.kind != "b" if value.kind in "iub" else target.kind in "fc"
-    else:
-        ok = np.can_cast(value, target, casting="same_kind")
-    if not ok:
-        raise DTypeMismatchError(
-            f"cannot assign {value} values to a {target} array without loss; cast the "
-            f"expression explicitly with .astype({str(target)!r}) or make the array {value}"
-        )
-
-
-def _assign(array: GlobalArray, key, value) -> jax.Array:
-    """The new physical data of ``array`` after ``array[key] = value``."""
-    _check_unbatched(array)
-    lay = array.layout
-    start, extent, kept = _normalize(key, lay.shape)
-    shape = tuple(e for e, k in zip(extent, kept) if k)
-    if isinstance(value, GlobalArray):
-        value = _whole(value)
-    if isinstance(value, View):
-        if value.shape != shape:
-            raise ShapeMismatchError(
-                f"cannot assign a view of shape {value.shape} to a window of shape {shape}"
-            )
-        leaves = value._leaves()
-    else:
-        value = _operand(value)
-        leaves = []
-    if isinstance(value, View):
-        _check_dtype(value.dtype, np.dtype(array.dtype), value.weak)
-    else:
-        _check_dtype(np.result_type(value), np.dtype(array.dtype), isinstance(value, Scalar))
-
-    # 1. halo widths per array and axis
-    needs: dict[int, tuple[GlobalArray, list[int]]] = {}
-    for leaf in leaves:
-        if not leaf.array.layout.same_grid(lay):
-            other = leaf.array.layout
-            raise LayoutError(
-                f"a view of an array of shape {other.shape} split {other.spec} over mesh "
-                f"{dict(other.mesh.shape)} cannot be assigned to one of shape {lay.shape} split "
-                f"{lay.spec} over {dict(lay.mesh.shape)}; use arrays of one layout"
-            )
-        if leaf.kept != kept:
-            raise IndexingError(
-                "a view indexes other axes with integers than the window it is assigned to; "
-                "integer indices must sit on the same axes on both sides"
-            )
-        arr, widths = needs.setdefault(id(leaf.array), (leaf.array, [0] * lay.ndim))
-        for axis, (s, t) in enumerate(zip(leaf.start, start)):
-            widths[axis] = max(widths[axis], abs(s - t))
-
-    # 2. extended blocks of every array read
-    ext = {}
-    for key_id, (arr, widths) in needs.items():
-        blocks = arr.layout.to_blocks(arr.data)
-        for axis, h in enumerate(widths):
-            if h:
-                arr.layout.check_halo(axis, h)
-        axes = [axis for axis, h in enumerate(widths) if h]
-        if len(axes) == 1 and arr.layout.even and arr.dtype != np.bool_:
-            ext[key_id] = (blocks, _slabs(blocks, arr.layout, axes[0], widths[axes[0]]))
-            continue
-        for axis, h in enumerate(widths):
-            if h:
-                blocks = extend(
-                    blocks, axis, h, arr.layout.axes[axis], arr.layout.boundary[axis],
-                    arr.layout.block_iota(axis),
-                )  # fmt: skip
-        # The barrier keeps XLA from folding the slices of the extended block back into
-        # its pieces: the stencil then reads only the extended copy and can write its
-        # result over the loop buffer (else XLA adds a full copy per step, measured 3x
-        # slower for Life); the explicit path gets the same effect from its reshape.
-        ext[key_id] = (jax.lax.optimization_barrier(blocks), widths)
-
-    # 3. evaluate and write inside the window
-    old = lay.to_blocks(array.data)
-    new = value._eval(start, ext) if isinstance(value, View) else value
-    new = jnp.asarray(new).astype(array.dtype)
-    reach = [max([w[axis] for _, w in needs.values()], default=0) for axis in range(lay.ndim)]
-    mask = lay.window_mask(start, extent, reach)
-    result = new if mask is None else jnp.where(mask, new, old)
-    return lay.from_blocks(jnp.broadcast_to(result, old.shape))
-
-
-class _Slabs(NamedTuple):
-    """The halo slabs of an array extended along one axis only (read with ``shifted``)."""
-
-    axis: int
-    left: jax.Array
-    right: jax.Array
-
-
-def _slabs(blocks: jax.Array, lay, axis: int, width: int) -> _Slabs:
-    nb = blocks.shape[2 * axis + 1]
-    first = jax.lax.slice_in_dim(blocks, 0, width, axis=2 * axis + 1)
-    last = jax.lax.slice_in_dim(blocks, nb - width, nb, axis=2 * axis + 1)
-    left, right = slabs(first, last, axis, width, lay.axes[axis], lay.boundary[axis],
-                        lay.block_iota(axis))  # fmt: skip
-    return _Slabs(axis, left, right)
-
-
-def _setitem(self: GlobalArray, key, value) -> None:
-    self.data = _assign(self, key, value)
-
-
-class _At:
-    def __init__(self, array: GlobalArray):
-        self.array = array
-
-    def __getitem__(self, key):
-        return _AtIndex(self.array, key)
-
-
-class _AtIndex:
-    def __init__(self, array: GlobalArray, key):
-        self.array, self.key = array, key
-
-    def set(self, value) -> GlobalArray:
-        """A new array equal to the old one with ``value`` written in the window."""
-        return GlobalArray(_assign(self.array, self.key, value), self.array.layout)
-
-
-GlobalArray.__getitem__ = _getitem
-GlobalArray.__setitem__ = _setitem
-GlobalArray.at = property(lambda self: _At(self), doc="Functional update: ``u.at[1:-1].set(v)``.")
-
-
-def as_array(x):
-    """A :class:`GlobalArray` from a GlobalArray or a whole-array View (for step results)."""
-    return x.to_array() if isinstance(x, View) else x
+    return x.shifted(_static_int(offset, "offset"), axis % ndim)
