@@ -45,6 +45,10 @@ class GlobalArray(Operators):
             form extended by ``ext[i]`` halo cells per side (see :mod:`pgas.lower`).
         layout: the static description (shape, mesh, spec, boundary, halo).
         ext: ``None`` for physical data, else the extension per axis.
+        anchor: inside a compiled loop, a zero that depends on the loop counter:
+            masks built from global indices add it, so that XLA computes them
+            inside the stencil's fusion instead of hoisting them out of the loop
+            as arrays read from memory every step.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.arange(5.0), pgas.make_mesh(devices=1))
@@ -53,20 +57,27 @@ class GlobalArray(Operators):
     array([0., 1., 2., 3., 4.])
     """
 
-    __slots__ = ("data", "layout", "ext")
+    __slots__ = ("data", "layout", "ext", "anchor")
 
-    def __init__(self, data: jax.Array, layout: Layout, ext: tuple[int, ...] | None = None):
+    def __init__(
+        self,
+        data: jax.Array,
+        layout: Layout,
+        ext: tuple[int, ...] | None = None,
+        anchor: jax.Array | None = None,
+    ):
         self.data = data
         self.layout = layout
         self.ext = ext
+        self.anchor = anchor
 
     # pytree
     def tree_flatten(self):
-        return (self.data,), (self.layout, self.ext)
+        return (self.data, self.anchor), (self.layout, self.ext)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        return cls(children[0], *aux)
+        return cls(children[0], aux[0], aux[1], children[1])
 
     # description
     @property
@@ -121,7 +132,7 @@ class GlobalArray(Operators):
 
     def copy(self) -> GlobalArray:
         """A new array object sharing this one's (immutable) data."""
-        return GlobalArray(self.data, self.layout, self.ext)
+        return GlobalArray(self.data, self.layout, self.ext, self.anchor)
 
     def _check_unbatched(self) -> None:
         if self.batch_ndim:

@@ -162,7 +162,13 @@ def extend(
 
 
 def refill_mirror(
-    ext: jax.Array, axis: int, width: int, grid: BlockAxis, faces: tuple, block_number: jax.Array
+    ext: jax.Array,
+    axis: int,
+    width: int,
+    grid: BlockAxis,
+    faces: tuple,
+    block_number: jax.Array,
+    anchor: jax.Array | None = None,
 ) -> jax.Array:
     """Re-fill the ghost cells beyond every Neumann face of extended blocks.
 
@@ -181,6 +187,7 @@ def refill_mirror(
     ca, n = 2 * axis + 1, ext.shape[2 * axis + 1]
     low, high = faces
     cell = jax.lax.broadcasted_iota(jnp.int32, [n if a == ca else 1 for a in range(ext.ndim)], ca)
+    cell = cell if anchor is None else cell + anchor  # see pgas.GlobalArray.anchor
     if isinstance(low, Neumann):
         ghost = _place(jnp.flip(_take(ext, ca, width, 2 * width), ca), ca, 0, n)
         ext = jnp.where((block_number == 0) & (cell < width), ghost, ext)

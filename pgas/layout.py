@@ -139,13 +139,23 @@ class Layout:
         shape[2 * axis] = self.axes[axis].parts
         return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis)
 
-    def cell_iota(self, axis: int, ext: int = 0) -> jax.Array:
-        """Cell number inside a block along ``axis`` (``-ext`` for the first halo cell)."""
+    def cell_iota(self, axis: int, ext: int = 0, anchor: jax.Array | None = None) -> jax.Array:
+        """Cell number inside a block along ``axis`` (``-ext`` for the first halo cell).
+
+        ``anchor`` (a traced zero, see :class:`pgas.GlobalArray`) is added to it.
+        """
         shape = [1] * (2 * self.ndim)
         shape[2 * axis + 1] = self.axes[axis].block + 2 * ext
-        return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1) - ext
+        iota = jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1)
+        return iota - ext if anchor is None else iota + (anchor - ext)
 
-    def global_index(self, axis: int, block: jax.Array | None = None, ext: int = 0) -> jax.Array:
+    def global_index(
+        self,
+        axis: int,
+        block: jax.Array | None = None,
+        ext: int = 0,
+        anchor: jax.Array | None = None,
+    ) -> jax.Array:
         """Global (logical) index of every cell along ``axis``, in the blocks form.
 
         ``block`` gives the block number (default: every block, as an iota; the
@@ -155,7 +165,7 @@ class Layout:
         """
         ax = self.axes[axis]
         b = self.block_iota(axis) if block is None else block
-        return b * ax.base + jnp.minimum(b, ax.extra) + self.cell_iota(axis, ext)
+        return b * ax.base + jnp.minimum(b, ax.extra) + self.cell_iota(axis, ext, anchor)
 
     def valid(self, axis: int, block: jax.Array | None = None) -> jax.Array | None:
         """Mask of real (non-padding) cells along ``axis``, or None when there is no padding."""
@@ -172,6 +182,7 @@ class Layout:
         widths: Sequence[int],
         block: Sequence[jax.Array] | None = None,
         ext: Sequence[int] | None = None,
+        anchor: jax.Array | None = None,
     ) -> jax.Array | None:
         """Cells a write to the window ``[start, start + extent)`` may change.
 
@@ -195,7 +206,7 @@ class Layout:
             terms = [] if (ax.even or x) else [self.valid(axis, b)]
             ghosts = bool(x) and not isinstance(low_bc, Periodic)  # never written
             if lo > 0 or hi < ax.size or ghosts:
-                g = self.global_index(axis, b, x)
+                g = self.global_index(axis, b, x, anchor)
                 if x and isinstance(low_bc, Periodic):
                     g = g % ax.size
                 terms += [g >= lo] if lo > 0 or ghosts else []

@@ -79,11 +79,12 @@ def step_fn(step: Callable[[State], State]) -> Callable[[State], State]:
     return wrapped
 
 
-def frames(state: State, halo: tuple[int, ...]) -> State:
+def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None) -> State:
     """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
 
     The extended blocks are held behind an optimization barrier, so that XLA
-    builds them once and the sub-steps read only them.
+    builds them once and the sub-steps read only them. ``anchor`` is a zero
+    tied to the loop counter (see :class:`pgas.GlobalArray`).
     """
 
     def one(g: GlobalArray) -> GlobalArray:
@@ -91,11 +92,12 @@ def frames(state: State, halo: tuple[int, ...]) -> State:
         blocks, ext = blocks_of(g)
         if any(ext):
             raise PgasError("internal: frames() takes fields without halo")
-        for axis, h in enumerate(halo):
+        for axis, h in enumerate(halo[: lay.ndim]):
             if h:
                 blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
                                 lay.block_iota(axis))  # fmt: skip
-        return GlobalArray(jax.lax.optimization_barrier(blocks), lay, tuple(halo))
+        return GlobalArray(jax.lax.optimization_barrier(blocks), lay, tuple(halo[: lay.ndim]),
+                           anchor)  # fmt: skip
 
     return jax.tree.map(one, state, is_leaf=_is_array)
 
@@ -119,11 +121,17 @@ def _physical(state):
     return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
 
 
-def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
-    """``k`` steps with one exchange of a halo ``k * widths`` wide."""
+def anchor_of(counter: jax.Array) -> jax.Array:
+    """A zero XLA cannot tell from the loop counter (so masks stay inside the loop's fusions)."""
+    return jax.lax.optimization_barrier((counter, jnp.int32(0)))[1]
 
-    def group(state):
-        s = frames(state, tuple(k * w for w in widths))
+
+def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
+    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
+
+    def group(state, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        s = frames(state, tuple(k * w for w in widths), anchor)
         for _ in range(k):
             s = body(s)
         return cores(s)
@@ -148,12 +156,12 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         a = _blocks(state)
 
         def two(i, ab):  # double buffering: each group writes the other buffer
-            b = group(ab[0])
-            return group(b), b
+            b = group(ab[0], i)
+            return group(b, i), b
 
         a, b = jax.lax.fori_loop(0, count // (2 * k), two, (a, a))
         a = jax.lax.cond((count // k) % 2 == 1, group, lambda s: s, a)
-        a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s), a)
+        a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s, i), a)
         return _physical(a), _physical(b)  # both returned: else XLA merges the buffers
 
     if every is None:
@@ -231,6 +239,8 @@ def run(
     array([0., 1., 0.])
     """
     every, chunk = _check(steps, snapshot_every, chunk)
+    if steps == 0:
+        return state if every is None else (state, None)
     how = plan(step, state, steps_per_exchange)
     compiled = program(step, how.steps_per_exchange, how.widths, every, observe)
     done, parts = 0, []

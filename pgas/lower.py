@@ -213,7 +213,8 @@ def write(target, window: Window, new, reach, domain) -> tuple[jax.Array, tuple[
             blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + lay.axes[axis].block + 2 * d,
                                           axis=2 * axis + 1)  # fmt: skip
     frame = target.ext is not None
-    mask = lay.window_mask(window.start, window.extent, reach, ext=domain if frame else None)
+    mask = lay.window_mask(window.start, window.extent, reach, ext=domain if frame else None,
+                           anchor=target.anchor)  # fmt: skip
     new = jnp.asarray(new).astype(target.dtype)
     result = jnp.broadcast_to(new if mask is None else jnp.where(mask, new, blocks), blocks.shape)
     if not frame:
@@ -221,7 +222,7 @@ def write(target, window: Window, new, reach, domain) -> tuple[jax.Array, tuple[
     for axis, d in enumerate(domain):
         if d:
             result = refill_mirror(result, axis, d, lay.axes[axis], lay.boundary[axis],
-                                   lay.block_iota(axis))  # fmt: skip
+                                   lay.block_iota(axis), target.anchor)  # fmt: skip
     return result, tuple(domain)
 
 

@@ -159,13 +159,16 @@ def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
               if isinstance(x, GlobalArray)]  # fmt: skip
     if not arrays:
         raise PgasError("state holds no pgas.GlobalArray; build it with pgas.from_numpy")
-    ndim = arrays[0].layout.ndim
-    probe = tuple(min(a.layout.axes[i].min_length for a in arrays) for i in range(ndim))
+    ndim = max(a.layout.ndim for a in arrays)  # fields of fewer axes use the first entries
+    probe = tuple(min(a.layout.axes[i].min_length for a in arrays if i < a.layout.ndim)
+                  for i in range(ndim))  # fmt: skip
     out = jax.eval_shape(lambda s: step_fn(step)(frames(s, probe)), state)
     widths = [0] * ndim
     for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
         if isinstance(leaf, GlobalArray) and leaf.ext is not None:
-            widths = [max(w, p - e) for w, p, e in zip(widths, probe, leaf.ext)]
+            widths = [max(w, p - e) for w, p, e in zip(widths, probe, leaf.ext)] + widths[
+                len(leaf.ext) :
+            ]
     itemsize = max(np.dtype(a.dtype).itemsize for a in arrays)
     reads = int(np.prod([2 * w + 1 for w in widths]))
     platform = arrays[0].layout.mesh.devices.flat[0].platform

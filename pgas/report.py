@@ -392,19 +392,17 @@ def comm_report(
 def _is_step(fn: Callable, state) -> bool:
     """Whether ``fn`` maps the state to a state of the same structure (a time step)."""
     from pgas.array import GlobalArray
-    from pgas.view import View
+    from pgas.loop import step_fn
 
     def structure(x):
-        leaf = lambda y: isinstance(y, (GlobalArray, View))  # noqa: E731
+        leaf = lambda y: isinstance(y, GlobalArray)  # noqa: E731
         return jax.tree.structure(x, is_leaf=leaf), [type(y) for y in jax.tree.leaves(x, leaf)]
 
-    out = jax.eval_shape(fn, state)
-    (s_def, s_types), (o_def, o_types) = structure(state), structure(out)
-    return (
-        s_def == o_def
-        and all(t is GlobalArray for t in s_types)
-        and all(t in (GlobalArray, View) or issubclass(t, View) for t in o_types)
+    (s_def, s_types), (o_def, o_types) = (
+        structure(state),
+        structure(jax.eval_shape(step_fn(fn), state)),
     )
+    return s_def == o_def and all(t is GlobalArray for t in s_types + o_types)
 
 
 def _arrays(state) -> list:

@@ -12,13 +12,18 @@ import pgas
 def test_heat_2pow20_on_8_devices(dtype):
     x0 = np.random.default_rng(0).random(2**20).astype(dtype)
     u = pgas.from_numpy(x0, pgas.make_mesh(("x",)), boundary=pgas.Keep())
-    report = pgas.comm_report(heat, u)
+    report = pgas.comm_report(heat, u, steps_per_exchange=1)
     assert report.count("all-gather") == 0
     assert report.count("all-to-all") == 0
     assert report.count("all-reduce") == 0
     assert report.count("collective-permute") == 2
     assert report.bytes("collective-permute") == report.ideal_bytes == 2 * np.dtype(dtype).itemsize
     assert report.ratio == 1.0
+    deep = pgas.comm_report(heat, u)  # auto: k steps per exchange of a k-wide halo
+    k = deep.steps_per_exchange
+    assert k > 1 and deep.per_exchange("collective-permute") == 2
+    assert deep.count("collective-permute") == 2 / k and deep.gathers == 0
+    assert deep.bytes("collective-permute") == deep.ideal_bytes == 2 * np.dtype(dtype).itemsize
     out = pgas.run(heat, u, steps=10).to_numpy()
     np.testing.assert_array_equal(out, heat_numpy(x0, 10))
 
@@ -35,9 +40,12 @@ def test_uneven_sizes_bitwise(n, devices):
 
 def test_loop_program_has_halo_permutes_in_body():
     u = pgas.from_numpy(np.zeros(4096, np.float32), pgas.make_mesh(("x",)))
-    report = pgas.comm_report(heat, u, loop=True)
+    report = pgas.comm_report(heat, u, loop=True, steps_per_exchange=1)
     assert report.count("collective-permute") == 2 and report.gathers == 0
     assert report.bytes("collective-permute") == 8
+    deep = pgas.comm_report(heat, u, loop=True, steps_per_exchange=4)
+    assert deep.per_exchange("collective-permute") == 2 and deep.gathers == 0
+    assert deep.count("collective-permute") == 0.5 and deep.bytes("collective-permute") == 8
 
 
 def test_functional_forms_agree():
@@ -77,7 +85,8 @@ def test_fourth_order_stencil_halo_2():
     for _ in range(5):
         ref[2:-2] = 0.5 * ref[2:-2] + 0.125 * (ref[1:-3] + ref[3:-1]) + 0.125 * (ref[:-4] + ref[4:])
     np.testing.assert_array_equal(pgas.run(step, u, 5).to_numpy(), ref)
-    report = pgas.comm_report(step, pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2))
+    report = pgas.comm_report(step, pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2),
+                              steps_per_exchange=1)  # fmt: skip
     assert report.count("collective-permute") == 2 and report.ideal_bytes == 2 * 2 * 8
     assert report.ratio == 1.0
 
