@@ -51,6 +51,9 @@ class Problem:
         decode: maps stored values to the cells users see (e.g. bit-packed words
             to a uint8 board), applied to gathered fields and blocks before
             checksums, diagnostics and output; ``None``: stored values are cells.
+        loop: the problem's time loop ``loop(problem, u, steps, how)`` with ``how`` a
+            :class:`pgas.runner.Loop` (see :mod:`pgas.runner`); ``None``: the
+            runner's :func:`pgas.runner.default_loop`.
 
     >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
     ...             None, 0, None, ("x",))
@@ -70,6 +73,7 @@ class Problem:
     mesh_axes: tuple[str, ...]
     bytes_per_cell: int = 0
     decode: Callable[[np.ndarray], np.ndarray] | None = None
+    loop: Callable[..., Any] | None = None
 
     @property
     def cells(self) -> int:

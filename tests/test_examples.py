@@ -21,7 +21,7 @@ import xarray as xr
 from helpers import fails_with, heat_numpy, last_json, load_example
 
 import pgas
-import pgas.driver
+import pgas.runner
 from pgas.problem import checksum
 
 # Start JAX now with conftest's 8 devices: the examples' --devices N then picks N of them
@@ -214,7 +214,7 @@ def test_sizes_must_be_positive(capsys):
 
 
 def test_unwritable_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pgas.driver, "simulate", lambda *a: pytest.fail("ran before --out check"))
+    monkeypatch.setattr(pgas.runner, "run", lambda *a: pytest.fail("ran before --out check"))
     fails_with(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
            "mkdir")  # fmt: skip
     fails_with(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")
