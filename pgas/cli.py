@@ -82,7 +82,7 @@ def _report(args: argparse.Namespace, kwargs: dict) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pgas`` command; returns the exit code.
 
-    >>> main(["report", "pgas.problem:_demo", "--devices", "1"])  # doctest: +ELLIPSIS
+    >>> main(["report", "pgas.problem:demo", "--devices", "1"])  # doctest: +ELLIPSIS
     communication of ...
     ...
     0

@@ -122,7 +122,7 @@ def compare(
         steps_per_exchange: ``k`` (an int >= 1 or ``"auto"``) on every backend.
         **kwargs: passed to the problem factory.
 
-    >>> [r.backend for r in compare("pgas.problem:_demo", 2, devices=2, backends=["auto"])]
+    >>> [r.backend for r in compare("pgas.problem:demo", 2, devices=2, backends=["auto"])]
     ['auto']
     """
     import jax

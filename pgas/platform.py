@@ -104,6 +104,11 @@ def select(platform: str, devices: int | None) -> None:
             f"--platform cpu: JAX started on {found['platform']} before the platform was "
             f"chosen; set JAX_PLATFORMS=cpu in the environment"
         )
+    if devices is not None and devices > have and found["platform"] == "cpu":
+        raise DeviceCountError(
+            f"--devices {devices}: JAX started with {have} CPU device(s) in this process before "
+            f"--devices was read; ask for --devices {have} or fewer"
+        )
     if devices is not None and devices > have:
         raise DeviceCountError(
             f"--devices {devices}: JAX has {have} {found['platform']} device(s) "

@@ -29,7 +29,7 @@ import numpy as np
 
 from pgas.errors import PgasError
 
-__all__ = ["Problem", "load_problem", "checksum"]
+__all__ = ["Problem", "load_problem", "checksum", "demo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,7 @@ class Problem:
 def load_problem(source: str, **kwargs) -> Problem:
     """Build a problem from ``"file.py:factory"`` or ``"module:factory"`` and keywords.
 
-    >>> load_problem("pgas.problem:_demo").name
+    >>> load_problem("pgas.problem:demo").name
     'demo'
     """
     where, sep, name = source.rpartition(":")
@@ -123,6 +123,11 @@ def checksum(field: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(field).tobytes()).hexdigest()
 
 
-def _demo(n: int = 8) -> Problem:
+def demo(n: int = 8) -> Problem:
+    """A problem whose step changes nothing: ``n`` cells ``0, 1, ...`` (doctests, smoke tests).
+
+    >>> demo(4).shape
+    (4,)
+    """
     return Problem("demo", (n,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
                    None, 0, None, ("x",))  # fmt: skip

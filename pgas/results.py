@@ -154,7 +154,7 @@ def summary_line(result: dict) -> str:
         f"{result['steps_per_exchange']}) in {result['seconds']:.3f} s, "
         f"{result['cell_updates_per_second'] / 1e6:.1f} Mcell/s; checksum "
         f"{result['checksum'][:16]}"
-    )
+    ) + (f"\n  k {result['steps_per_exchange_note']}" if result["steps_per_exchange_note"] else "")
 
 
 def versions() -> dict:

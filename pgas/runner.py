@@ -64,8 +64,8 @@ def default_loop(p: Problem, u, steps: int, how: Loop):
     """The time loop of a problem that brings none: the problem's step or kernel, run.
 
     >>> import pgas
-    >>> from pgas.problem import _demo
-    >>> p = _demo()
+    >>> from pgas.problem import demo
+    >>> p = demo()
     >>> default_loop(p, build(p, mesh_for(p, 1)), 3, Loop("auto")).to_numpy()[:3]
     array([0., 1., 2.], dtype=float32)
     """
@@ -89,8 +89,8 @@ def default_loop(p: Problem, u, steps: int, how: Loop):
 def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
     """The problem's mesh over ``devices`` local devices (all processes' when multiprocess).
 
-    >>> from pgas.problem import _demo
-    >>> dict(mesh_for(_demo(), 2).shape)
+    >>> from pgas.problem import demo
+    >>> dict(mesh_for(demo(), 2).shape)
     {'x': 2}
     """
     from pgas.mesh import make_mesh
@@ -101,8 +101,8 @@ def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
 def build(problem: Problem, mesh):
     """The problem's initial field on ``mesh`` (a fresh one per call: runs donate buffers).
 
-    >>> from pgas.problem import _demo
-    >>> build(_demo(), mesh_for(_demo(), 1)).shape
+    >>> from pgas.problem import demo
+    >>> build(demo(), mesh_for(demo(), 1)).shape
     (8,)
     """
     from pgas.array import from_function
@@ -216,8 +216,8 @@ def run(problem: Problem, opts: RunOptions, session: Session | None = None,
         session: what :func:`pgas.platform.start` found (default: one process here).
         meta: identifies the problem in checkpoints (default ``{"example": name}``).
 
-    >>> from pgas.problem import _demo
-    >>> r = run(_demo(), RunOptions(steps=3, devices=2))
+    >>> from pgas.problem import demo
+    >>> r = run(demo(), RunOptions(steps=3, devices=2))
     >>> r.backend, r.devices, r.checksum == checksum(np.arange(8, dtype="float32"))
     ('auto', 2, True)
     """
