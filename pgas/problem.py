@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Callable
@@ -108,6 +109,19 @@ def load_problem(source: str, **kwargs) -> Problem:
     factory = getattr(module, name, None)
     if not callable(factory):
         raise PgasError(f"problem source {source!r}: {where} has no function {name!r}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: call it as it is
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(**kwargs)
+    except TypeError as err:
+        takes = ", ".join(signature.parameters) or "no arguments"
+        raise PgasError(
+            f"problem source {source!r}: {err}; {name} takes {takes} (give them with "
+            f"--set KEY=VALUE)"
+        ) from None
     problem = factory(**kwargs)
     if not isinstance(problem, Problem):
         raise PgasError(f"{source} returned {type(problem).__name__}, not a pgas Problem")
