@@ -135,8 +135,14 @@ def make_parser(
         description=lines[0], epilog="\n".join(lines[1:]).strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    g = ap.add_argument_group("run")
-    add = g.add_argument
+    _run_group(ap, steps, dtypes)
+    _output_group(ap, plots)
+    _checkpoint_group(ap)
+    return ap
+
+
+def _run_group(ap: argparse.ArgumentParser, steps: int, dtypes: Sequence[str]) -> None:
+    add = ap.add_argument_group("run").add_argument
     add("--backend", choices=BACKENDS, default="auto",
         help="auto: global view (pgas.run); explicit: local kernel + ppermute; "
         "mpi: NumPy + mpi4py, start with `mpiexec -n P` (default auto)")  # fmt: skip
@@ -164,6 +170,9 @@ def make_parser(
     add("--compare", action="store_true",
         help="also run the problem on auto, explicit and mpi (mpiexec) and print the "
         "comparison table (pgas.compare)")  # fmt: skip
+
+
+def _output_group(ap: argparse.ArgumentParser, plots: str) -> None:
     o = ap.add_argument_group("output")
     o.add_argument(
         "--out",
@@ -180,6 +189,9 @@ def make_parser(
         help="print one JSON object with the results as the last stdout line",
     )
     o.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+
+
+def _checkpoint_group(ap: argparse.ArgumentParser) -> None:
     c = ap.add_argument_group("checkpoint/restart (--backend auto and explicit)")
     c.add_argument("--checkpoint", metavar="DIR",
                    help="checkpoint directory (default: next to --out, FILE.nc -> FILE.ckpt; "
@@ -193,7 +205,6 @@ def make_parser(
         help="continue from the checkpoint in --checkpoint DIR; starts from step 0 "
         "when there is none yet (so a requeued job script can always pass it)",
     )
-    return ap
 
 
 # ---- checking -------------------------------------------------------------------------------

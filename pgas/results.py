@@ -24,6 +24,12 @@ import numpy as np
 
 __all__ = ["Result", "format_table", "summary_line", "report", "versions"]
 
+# what a run's Dataset records about it, besides the example's own attributes
+_ATTRS = (
+    "backend", "mesh", "devices", "processes", "steps", "seconds", "checksum", "platform",
+    "device_kind", "steps_per_exchange", "steps_per_exchange_note",
+)  # fmt: skip
+
 
 @dataclasses.dataclass(frozen=True)
 class Result:
@@ -35,7 +41,7 @@ class Result:
         processes: processes in the run.
         mesh: devices per mesh axis.
         shape: global shape of the field.
-        steps: the last step (the run did ``steps - start`` of them).
+        steps: the last step (the run did ``steps - start_step`` of them).
         seconds: time of the time loop, without compilation or gathers.
         checksum: sha256 of the final field (decoded), see :func:`pgas.problem.checksum`.
         messages_per_step: halo messages per physical step, all senders together.
@@ -46,7 +52,7 @@ class Result:
         platform: ``cpu`` or ``gpu``.
         device_kind: the device model.
         comm: the communication report as a dict (JAX) or the MPI counts.
-        start: the step the run started from (> 0 after a restart).
+        start_step: the step the run started from (> 0 after a restart).
         rank: this process's rank (only rank 0 holds ``field``).
         field, snapshots, times: the final field, the snapshots and their steps (rank 0).
 
@@ -71,7 +77,7 @@ class Result:
     platform: str = "cpu"
     device_kind: str = "cpu"
     comm: dict | None = None
-    start: int = 0
+    start_step: int = 0
     rank: int = 0
     field: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     snapshots: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
@@ -79,7 +85,7 @@ class Result:
 
     @property
     def cell_updates_per_second(self) -> float:
-        done = self.steps - self.start
+        done = self.steps - self.start_step
         return math.prod(self.shape) * done / self.seconds if self.seconds > 0 else float("nan")
 
     def to_dict(self) -> dict:
@@ -127,7 +133,7 @@ def format_table(results: Sequence[Result]) -> str:
         who = r.devices if r.backend != "mpi" else r.processes
         lines.append(
             f"{r.backend:<9} {r.platform:<8} {who:>13} {r.steps_per_exchange:>3} "
-            f"{1e3 * r.seconds / max(r.steps - r.start, 1):>8.3f} "
+            f"{1e3 * r.seconds / max(r.steps - r.start_step, 1):>8.3f} "
             f"{r.cell_updates_per_second / 1e6:>8.1f} {_per_step(r.messages_per_step):>10} "
             f"{_per_step(r.bytes_per_step):>11} {r.ideal_bytes_per_step or '-':>10} "
             f"{r.checksum[:16]:<17} {'yes' if r.checksum == ref else 'NO'}"
@@ -197,39 +203,11 @@ def report(
     if run.rank != 0:
         return None
     final = {k: v[-1].item() for k, v in diagnostics(run.field[None]).items()}
-    result = {"example": name, **run.to_dict(), "dtype": opts.dtype, **final,
-              "start_step": run.start}  # fmt: skip
+    result = {"example": name, **run.to_dict(), "dtype": opts.dtype, **final}
     if opts.checkpointing:
         result["checkpoint"] = opts.checkpoint
-    written = []
-    if run.snapshots is not None and (opts.out or opts.plot):
-        from pgas.io import to_dataset, write_dataset
-
-        keys = (
-            "backend",
-            "mesh",
-            "devices",
-            "processes",
-            "steps",
-            "seconds",
-            "checksum",
-            "platform",
-            "device_kind",
-            "steps_per_exchange",
-            "steps_per_exchange_note",
-        )
-        ds = to_dataset(
-            run.snapshots, run.times, name=var, dims=dims,
-            diagnostics=diagnostics(run.snapshots),
-            attrs={"title": f"pgas example {name}", **{k: result[k] for k in keys},
-                   "dtype": opts.dtype, "snapshot_every": opts.snapshot_every,
-                   "start_step": run.start, **attrs, **versions()},
-        )  # fmt: skip
-        if opts.out:
-            written.append(str(write_dataset(ds, opts.out)))
-        for path in opts.plot:
-            written.append(str(plot(ds, path)))
-    result["written"] = written
+    result["written"] = written = _write(run, opts, result, name, var, dims, diagnostics, attrs,
+                                         plot)  # fmt: skip
     if not opts.quiet:
         print(summary(result))
         for path in written:
@@ -237,3 +215,24 @@ def report(
     if opts.json:
         print(json.dumps(result), flush=True)
     return result
+
+
+def _write(run: Result, opts, result: dict, name: str, var: str, dims: Sequence[str],
+           diagnostics: Callable, attrs: dict, plot: Callable) -> list[str]:  # fmt: skip
+    """Write the Dataset (``opts.out``) and the pictures (``opts.plot``); their paths."""
+    written: list[str] = []
+    if run.snapshots is not None and (opts.out or opts.plot):
+        from pgas.io import to_dataset, write_dataset
+
+        ds = to_dataset(
+            run.snapshots, run.times, name=var, dims=dims,
+            diagnostics=diagnostics(run.snapshots),
+            attrs={"title": f"pgas example {name}", **{k: result[k] for k in _ATTRS},
+                   "dtype": opts.dtype, "snapshot_every": opts.snapshot_every,
+                   "start_step": run.start_step, **attrs, **versions()},
+        )  # fmt: skip
+        if opts.out:
+            written.append(str(write_dataset(ds, opts.out)))
+        for path in opts.plot:
+            written.append(str(plot(ds, path)))
+    return written

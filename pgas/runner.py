@@ -308,13 +308,15 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
                                                  every or ck_every or chunk, first, between,
                                                  fresh)  # fmt: skip
     field = u.to_numpy()  # gathered on every process; only process 0 reports
+    field = _decode(problem, field)
     return Result(
         opts.backend, mesh.size, jax.process_count(), dict(mesh.shape), problem.shape,
-        opts.steps, seconds, checksum(_decode(problem, field)), float(report.messages_total),
-        float(report.bytes_total), int(report.ideal_bytes), k, choice.note, session.platform,
-        session.device_kind, report.to_dict(), start, jax.process_index(),
-        _decode(problem, field), _decode(problem, snapshots),
-        np.arange(start, opts.steps + 1, every) if every else None,
+        opts.steps, seconds, checksum(field), messages_per_step=float(report.messages_total),
+        bytes_per_step=float(report.bytes_total), ideal_bytes_per_step=int(report.ideal_bytes),
+        steps_per_exchange=k, steps_per_exchange_note=choice.note, platform=session.platform,
+        device_kind=session.device_kind, comm=report.to_dict(), start_step=start,
+        rank=jax.process_index(), field=field, snapshots=_decode(problem, snapshots),
+        times=np.arange(start, opts.steps + 1, every) if every else None,
     )  # fmt: skip
 
 
@@ -367,7 +369,9 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
     return Result(
         "mpi", world.size, world.size, dict(zip(problem.mesh_axes, r.dims, strict=True)),
         problem.shape, opts.steps, r.seconds, checksum(field) if field is not None else "",
-        float(r.messages_per_step), float(r.bytes_per_step), 0, choice.steps_per_exchange,
-        choice.note, "cpu", "numpy (mpi4py)", comm, 0, world.rank, field,
-        _decode(problem, r.snapshots), np.asarray(r.snapshot_steps) if every else None,
+        messages_per_step=float(r.messages_per_step), bytes_per_step=float(r.bytes_per_step),
+        steps_per_exchange=choice.steps_per_exchange, steps_per_exchange_note=choice.note,
+        platform="cpu", device_kind="numpy (mpi4py)", comm=comm, rank=world.rank, field=field,
+        snapshots=_decode(problem, r.snapshots),
+        times=np.asarray(r.snapshot_steps) if every else None,
     )  # fmt: skip

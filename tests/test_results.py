@@ -16,7 +16,7 @@ def _result(**kw):
 
 def test_rate_counts_only_the_steps_run():
     assert _result().cell_updates_per_second == pytest.approx(1000 * 100 / 0.5)
-    assert _result(start=60).cell_updates_per_second == pytest.approx(1000 * 40 / 0.5)
+    assert _result(start_step=60).cell_updates_per_second == pytest.approx(1000 * 40 / 0.5)
     assert np.isnan(_result(seconds=0.0).cell_updates_per_second)
 
 

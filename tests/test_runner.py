@@ -77,14 +77,14 @@ def test_checkpoints_between_chunks_and_restart(tmp_path):
     assert checkpoint.latest(ck) == 8
     more = dataclasses.replace(opts, backend="auto", steps=12, restart=True, devices=4)
     r = runner.run(heat_problem(), more)
-    assert r.start == 8 and checkpoint.latest(ck) == 12
+    assert r.start_step == 8 and checkpoint.latest(ck) == 12
     np.testing.assert_array_equal(r.field, heat_reference(203, 12))
 
 
 def test_restart_in_an_empty_directory_starts_fresh(tmp_path):
     (tmp_path / "ck").mkdir()
     opts = RunOptions(steps=3, devices=2, checkpoint=str(tmp_path / "ck"), restart=True)
-    assert runner.run(heat_problem(), opts).start == 0
+    assert runner.run(heat_problem(), opts).start_step == 0
 
 
 def test_chunk_length():
