@@ -13,21 +13,25 @@ import time
 
 import pgas.checkpoint
 
-stop_after, script = int(sys.argv[1]), sys.argv[2]
-real_save = pgas.checkpoint.save
-saved = 0
+
+def main() -> None:
+    stop_after, script = int(sys.argv[1]), sys.argv[2]
+    real_save = pgas.checkpoint.save
+    saved = 0
+
+    def save(path, state, *, step, **kwargs):
+        nonlocal saved
+        out = real_save(path, state, step=step, **kwargs)
+        saved += 1
+        if saved == stop_after:
+            print(f"SLEEPING after checkpoint {saved} (step {step})", file=sys.stderr, flush=True)
+            time.sleep(3600)
+        return out
+
+    pgas.checkpoint.save = save
+    sys.argv = [script, *sys.argv[3:]]
+    runpy.run_path(script, run_name="__main__")
 
 
-def save(path, state, *, step, **kwargs):
-    global saved
-    out = real_save(path, state, step=step, **kwargs)
-    saved += 1
-    if saved == stop_after:
-        print(f"SLEEPING after checkpoint {saved} (step {step})", file=sys.stderr, flush=True)
-        time.sleep(3600)
-    return out
-
-
-pgas.checkpoint.save = save
-sys.argv = [script, *sys.argv[3:]]
-runpy.run_path(script, run_name="__main__")
+if __name__ == "__main__":
+    main()
