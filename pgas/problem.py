@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import numpy as np
 
 from pgas.errors import PgasError
 
-__all__ = ["Problem", "load_problem", "checksum"]
+__all__ = ["Problem", "load_problem", "checksum", "demo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Problem:
         decode: maps stored values to the cells users see (e.g. bit-packed words
             to a uint8 board), applied to gathered fields and blocks before
             checksums, diagnostics and output; ``None``: stored values are cells.
+        loop: the problem's time loop ``loop(problem, u, steps, how)`` with ``how`` a
+            :class:`pgas.runner.Loop` (see :mod:`pgas.runner`); ``None``: the
+            runner's :func:`pgas.runner.default_loop`.
 
     >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
     ...             None, 0, None, ("x",))
@@ -70,6 +74,7 @@ class Problem:
     mesh_axes: tuple[str, ...]
     bytes_per_cell: int = 0
     decode: Callable[[np.ndarray], np.ndarray] | None = None
+    loop: Callable[..., Any] | None = None
 
     @property
     def cells(self) -> int:
@@ -79,7 +84,7 @@ class Problem:
 def load_problem(source: str, **kwargs) -> Problem:
     """Build a problem from ``"file.py:factory"`` or ``"module:factory"`` and keywords.
 
-    >>> load_problem("pgas.problem:_demo").name
+    >>> load_problem("pgas.problem:demo").name
     'demo'
     """
     where, sep, name = source.rpartition(":")
@@ -104,6 +109,19 @@ def load_problem(source: str, **kwargs) -> Problem:
     factory = getattr(module, name, None)
     if not callable(factory):
         raise PgasError(f"problem source {source!r}: {where} has no function {name!r}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: call it as it is
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(**kwargs)
+    except TypeError as err:
+        takes = ", ".join(signature.parameters) or "no arguments"
+        raise PgasError(
+            f"problem source {source!r}: {err}; {name} takes {takes} (give them with "
+            f"--set KEY=VALUE)"
+        ) from None
     problem = factory(**kwargs)
     if not isinstance(problem, Problem):
         raise PgasError(f"{source} returned {type(problem).__name__}, not a pgas Problem")
@@ -119,6 +137,11 @@ def checksum(field: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(field).tobytes()).hexdigest()
 
 
-def _demo(n: int = 8) -> Problem:
+def demo(n: int = 8) -> Problem:
+    """A problem whose step changes nothing: ``n`` cells ``0, 1, ...`` (doctests, smoke tests).
+
+    >>> demo(4).shape
+    (4,)
+    """
     return Problem("demo", (n,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
                    None, 0, None, ("x",))  # fmt: skip

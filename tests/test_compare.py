@@ -1,6 +1,7 @@
 """auto vs explicit vs mpi on one problem: real mpiexec, bitwise equal, counted messages."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 from helpers import heat_numpy, life_numpy
 
 import pgas
-from pgas.compare import compare, format_table, run_mpi
+from pgas.compare import compare, run_mpi
+from pgas.results import format_table
 
 PROBLEMS = str(Path(__file__).with_name("problems.py"))
 
@@ -74,3 +76,22 @@ def test_missing_mpiexec_is_explained(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(pgas.PgasError, match="pip install mpi4py mpich"):
         run_mpi(f"{PROBLEMS}:heat", 1, 2)
+
+
+def test_worker_checks_the_rank_count_it_was_launched_with(tmp_path):
+    """A worker started without the ranks compare launched (here: no mpiexec at all) stops
+    with pgas.mpi.require_launcher's message instead of reporting a 1-rank run."""
+    cmd = [sys.executable, "-m", "pgas.compare", "--worker", f"{PROBLEMS}:heat", "--ranks", "2",
+           "--steps", "1", "--out", str(tmp_path / "f.npy")]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "HYDRA", "OMPI_"))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0 and not (tmp_path / "f.npy").exists()
+    assert "expected_ranks = 2" in proc.stderr and "mpiexec -n 2" in proc.stderr, proc.stderr
+
+
+def test_compare_passes_steps_per_exchange_to_every_backend():
+    results = compare(f"{PROBLEMS}:heat", 6, devices=2, steps_per_exchange=3, n=101)
+    assert [r.steps_per_exchange for r in results[:2]] == [3, 3]
+    assert len({r.checksum for r in results}) == 1
+    np.testing.assert_array_equal(results[2].field, heat_numpy(
+        (np.sin(0.37 * np.arange(101)) ** 2).astype(np.float32), 6))  # fmt: skip

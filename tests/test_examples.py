@@ -21,7 +21,7 @@ import xarray as xr
 from helpers import fails_with, heat_numpy, last_json, load_example
 
 import pgas
-import pgas.driver
+import pgas.runner
 from pgas.problem import checksum
 
 # Start JAX now with conftest's 8 devices: the examples' --devices N then picks N of them
@@ -58,8 +58,13 @@ def _check_common(d: dict, ds: xr.Dataset, backend: str, steps: int, shape) -> N
         assert key in d, key
     assert d["backend"] == backend and d["steps"] == steps and d["shape"] == list(shape)
     assert ds.attrs["backend"] == backend and ds.attrs["steps"] == steps
-    for key in ("mesh", "devices", "processes", "dtype", "pgas_version", "jax_version"):
+    for key in ("mesh", "devices", "processes", "dtype", "pgas_version", "jax_version",
+                "platform", "device_kind", "steps_per_exchange"):  # fmt: skip
         assert key in ds.attrs, key
+    assert d["platform"] == ds.attrs["platform"] == "cpu" and d["device_kind"]
+    assert ds.attrs["device_kind"] == d["device_kind"]
+    assert d["steps_per_exchange"] == ds.attrs["steps_per_exchange"] >= 1
+    assert isinstance(d["steps_per_exchange_note"], str)
     assert ds.attrs["pgas_version"] == pgas.__version__
     assert json.loads(ds.attrs["mesh"]) == d["mesh"]
     assert int(ds["time"][0]) == 0 and int(ds["time"][-1]) == steps
@@ -172,8 +177,35 @@ def test_heat1d_compare_prints_a_table_with_equal_checksums():
             ["explicit"], ["mpi"])]  # fmt: skip
     assert [r[0] for r in rows] == ["auto", "explicit", "mpi"]
     assert all(r[-1] == "yes" for r in rows)
+    assert all(r[1] == "cpu" and r[2] == "2" and int(r[3]) >= 1 for r in rows)  # platform, k
+    assert "messages and bytes per physical step" in proc.stdout
     assert len({r[-2] for r in rows}) == 1
     assert last_json(proc.stdout)["backend"] == "auto"
+
+
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_steps_per_exchange_is_bitwise_and_reported(backend, capsys):
+    base = ["--backend", backend, "--devices", "4", "--n", "203", "--steps", "30", "--json",
+            "--quiet"]  # fmt: skip
+    H.main([*base, "--steps-per-exchange", "1"])
+    one = last_json(capsys.readouterr().out)
+    assert one["steps_per_exchange"] == 1 and one["steps_per_exchange_note"] == ""
+    H.main([*base, "--steps-per-exchange", "4"])
+    four = last_json(capsys.readouterr().out)
+    assert four["steps_per_exchange"] == 4 and four["checksum"] == one["checksum"]
+    H.main([*base, "--steps-per-exchange", "64"])  # blocks of 50 cells: lowered, and said so
+    low = last_json(capsys.readouterr().out)
+    assert low["steps_per_exchange"] == 50 and "lowered from 64 to 50" in low[
+        "steps_per_exchange_note"]  # fmt: skip
+    assert low["checksum"] == one["checksum"]
+    u0 = H.initial(203, "random").astype(np.float32)
+    assert one["checksum"] == checksum(heat_numpy(u0, 30))
+
+
+def test_summary_names_platform_device_and_k(capsys):
+    L.main(["--devices", "4", "--size", "16x16", "--steps", "4", "--steps-per-exchange", "2"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "4 cpu device(s) [" in first and "k = 2" in first
 
 
 def test_mpi_backend_without_mpiexec_says_how_to_launch():
@@ -181,6 +213,7 @@ def test_mpi_backend_without_mpiexec_says_how_to_launch():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_env())
     assert proc.returncode == 2
     assert "mpiexec -n" in proc.stderr and "--backend mpi" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 # ---- errors: exit code 2 and a message with the fix -----------------------------------------
@@ -214,7 +247,7 @@ def test_sizes_must_be_positive(capsys):
 
 
 def test_unwritable_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pgas.driver, "simulate", lambda *a: pytest.fail("ran before --out check"))
+    monkeypatch.setattr(pgas.runner, "run", lambda *a: pytest.fail("ran before --out check"))
     fails_with(H.main, ["--out", str(tmp_path / "missing" / "h.nc")], capsys, "does not exist",
            "mkdir")  # fmt: skip
     fails_with(H.main, ["--out", str(tmp_path / "h.csv")], capsys, ".nc", ".zarr")

@@ -4,8 +4,9 @@ Multi-process runs start ``mpiexec -n P python examples/.../x.py --backend auto`
 from PyPI; one CPU device per process, gloo collectives); the example detects mpiexec
 and calls ``pgas.distributed.initialize()``. Their checksums must equal the
 single-process run (in this process, conftest's devices) and NumPy, bitwise. The
-restart test kills a 2-process run after its 2nd checkpoint (the example's test hook
-``PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT``) and restarts it in this process on 3 devices.
+restart test kills a 2-process run after its 2nd checkpoint (the example runs under
+``dist_scripts/stop_after_checkpoint.py``, which stops it there) and restarts it in this
+process on 3 devices.
 """
 
 from __future__ import annotations
@@ -106,11 +107,12 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
     """2 processes, checkpoint every 10 steps, SIGKILLed after the 2nd (step 20); restarted
     on 1 process with 3 devices: the final field equals an uninterrupted run bitwise."""
     ck, out, log = tmp_path / "heat.ckpt", tmp_path / "heat.nc", tmp_path / "run.log"
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(HEAT), *HEAT_ARGS, "--json",
+    stop = Path(__file__).with_name("dist_scripts") / "stop_after_checkpoint.py"
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(stop), "2", str(HEAT), *HEAT_ARGS, "--json",
            "--quiet", "--checkpoint-every", "10", "--restart", "--checkpoint", str(ck),
            "--out", str(out), "--snapshot-every", "10"]  # fmt: skip
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=_env(PGAS_EXAMPLES_SLEEP_AFTER_CHECKPOINT="2"),
+        proc = subprocess.Popen(cmd, env=_env(),
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=ROOT)  # fmt: skip
     try:

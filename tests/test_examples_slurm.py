@@ -128,3 +128,20 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     first, again = _results(log)
     assert again["start_step"] == 60 and again["checksum"] == first["checksum"]
     assert re.search(r"restart count [1-9]", log.read_text())
+
+
+def test_gpu_job_script_is_valid_bash_and_uses_known_options(capsys):
+    """The GPU job script cannot run here (no GPU): check its shell syntax, its Slurm GPU
+    options, and that every option it gives heat1d.py is one heat1d.py takes."""
+    script = ROOT / "examples" / "heat1d" / "heat1d-gpu.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    text = script.read_text()
+    for line in ("#SBATCH --gpus-per-node=", "#SBATCH --gpus-per-task=1", "--platform gpu"):
+        assert line in text, line
+    job = text[text.rindex("examples/heat1d/heat1d.py") :]
+    given = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", job))
+    with pytest.raises(SystemExit):
+        H.main(["--help"])
+    known = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", capsys.readouterr().out))
+    assert {"--platform", "--devices", "--distributed", "--restart"} <= given
+    assert given <= known, given - known

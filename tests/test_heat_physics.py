@@ -15,8 +15,8 @@ from helpers import load_example
 
 import pgas
 from pgas import explicit
-from pgas.compare import _build
 from pgas.problem import checksum
+from pgas.runner import build as _build
 
 _PATH = Path(__file__).resolve().parents[1] / "examples" / "heat1d" / "heat1d.py"
 

@@ -16,7 +16,7 @@ from helpers import load_example
 
 import pgas
 from pgas import explicit
-from pgas.compare import _build
+from pgas.runner import build as _build
 
 _DIR = Path(__file__).resolve().parents[1] / "examples" / "life"
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 import pgas
-from pgas import driver
+import pgas.explicit
+from pgas import compare, options, platform, results, runner
 from pgas.problem import Problem
 
 # ---- Physics ------------------------------------------------------------------------------
@@ -27,6 +28,7 @@ from pgas.problem import Problem
 # cells are held at their initial temperatures (Dirichlet data given by the
 # initial condition: boundary pgas.Keep() keeps the outermost cell of each face).
 BOUNDARY = pgas.Keep()
+HALO, REGION = 1, (slice(1, -1),)  # one neighbour per side; the end cells are not updated
 
 # ---- Numerics -----------------------------------------------------------------------------
 # Explicit Euler with alpha*dt/dx**2 = 1/4 (stable up to 1/2):
@@ -111,8 +113,8 @@ def problem(n: int = 1001, dtype: str = "float32", init: str = "random", mode: i
         return initial_at(i, n, init, mode, seed).astype(dtype)
 
     return Problem("heat1d", (n,), dtype, u0, heat, kernel, BOUNDARY,
-                   halo=1, region=(slice(1, -1),), mesh_axes=("x",),
-                   bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
+                   halo=HALO, region=REGION, mesh_axes=("x",),
+                   bytes_per_cell=2 * np.dtype(dtype).itemsize, loop=time_loop)  # fmt: skip
 
 
 def meta(args) -> dict:
@@ -131,7 +133,7 @@ def diagnostics(u: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def summary(r: dict) -> str:
-    return (driver.describe(r) + f"\n  max {r['max']:.6g}, mean {r['mean']:.6g}, "
+    return (results.summary_line(r) + f"\n  max {r['max']:.6g}, mean {r['mean']:.6g}, "
             f"l2 {r['l2']:.6g}")  # fmt: skip
 
 
@@ -143,29 +145,49 @@ def plot(ds, path: str):
 
 
 # ---- Time loop ----------------------------------------------------------------------------
+def time_loop(p: Problem, u, steps: int, how: runner.Loop):
+    """``steps`` steps on ``how.backend``, ``how.steps_per_exchange`` steps per halo exchange.
+
+    pgas.runner calls it: it builds or restores ``u``, compiles first, times the
+    loop, checkpoints and shows progress in ``how.callback`` between chunks.
+    """
+    k = how.steps_per_exchange
+    if how.backend == "auto":  # the global view: pgas turns the slices into halo exchanges
+        return pgas.run(heat, u, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+                        callback=how.callback, steps_per_exchange=k)  # fmt: skip
+    if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
+        return pgas.explicit.run(kernel, u, steps, HALO, REGION, steps_per_exchange=k)
+    from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
+
+    # TODO(merge): steps_per_exchange=k once pgas.mpi.run takes it (house branch)
+    return mpi.run(kernel, p.init, p.shape, p.dtype, steps, HALO, BOUNDARY, REGION,
+                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   callback=how.callback)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = driver.make_parser(__doc__, steps=1000, dtypes=("float32", "float64"),
-                            plots="space-time heat map + final profile (.png)")  # fmt: skip
+    ap = options.make_parser(__doc__, steps=1000, dtypes=("float32", "float64"),
+                             plots="space-time heat map + final profile (.png)")  # fmt: skip
     h = ap.add_argument_group("heat1d")
     h.add_argument(
         "--n",
-        type=driver.positive_int,
+        type=options.positive_int,
         default=1001,
         help="cells of the rod, e.g. 1_000_003 (default 1001)",
     )
     h.add_argument("--init", choices=INITS, default="random", help="initial condition")
-    h.add_argument("--mode", type=driver.positive_int, default=1, help="k of --init sine")
+    h.add_argument("--mode", type=options.positive_int, default=1, help="k of --init sine")
     args = ap.parse_args(argv)
     kwargs = dict(n=args.n, dtype=args.dtype, init=args.init, mode=args.mode, seed=args.seed)
-    prob = driver.run_or_exit(ap, lambda: problem(**kwargs))
-    driver.prepare(ap, args, __file__, plot_suffixes=(".png", ".pdf", ".svg"), snapshots=64)
-    if args.compare:
-        driver.compare_table(__file__, args, kwargs)
-    # pgas.run(heat, u, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
-    # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = driver.run_or_exit(ap, lambda: driver.simulate(prob, args, meta=meta(args)))
-    return driver.report(
-        run, args, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
+    prob = options.or_exit(ap, lambda: problem(**kwargs))
+    opts = options.from_args(ap, args, script=__file__, plot_suffixes=(".png", ".pdf", ".svg"),
+                             snapshots=64)  # fmt: skip
+    session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
+    if opts.compare:
+        compare.print_comparison(__file__, opts, kwargs)
+    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta=meta(args)))
+    return results.report(
+        run, opts, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
         attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,
                "scheme": "u[1:-1] = 0.5*u[1:-1] + 0.25*(u[:-2] + u[2:]), ends kept"},
         plot=plot, summary=summary,

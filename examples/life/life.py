@@ -16,13 +16,15 @@ examples/life/README.md.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import pgas
-from pgas import driver
+import pgas.explicit
+from pgas import compare, options, platform, results, runner
 from pgas.problem import Problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # patterns.py, beside this file
@@ -33,6 +35,7 @@ import patterns  # noqa: E402
 # n == 3 is born, a live cell with n in {2, 3} survives, every other cell is
 # dead in the next generation. The board wraps around in both directions.
 BOUNDARY = pgas.Periodic()
+HALO = 1  # the 8 neighbours, corners included
 NEIGHBOURS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)]
 
 # ---- Numerics -----------------------------------------------------------------------------
@@ -146,15 +149,16 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     """
     shape, init = initial_fn(size, pattern, at, density, seed)
     return Problem("life", shape, dtype, lambda y, x: init(y, x).astype(dtype), life, kernel,
-                   BOUNDARY, halo=1, region=None, mesh_axes=("y", "x"),
-                   bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
+                   BOUNDARY, halo=HALO, region=None, mesh_axes=("y", "x"),
+                   bytes_per_cell=2 * np.dtype(dtype).itemsize, loop=time_loop)  # fmt: skip
 
 
 def meta(args, kwargs: dict) -> dict:
     """What identifies this problem in a checkpoint (everything but --steps and the output)."""
     return {"example": "life", "shape": list(args.size), "dtype": args.dtype,
             "pattern": args.pattern, "at": kwargs["at"], "density": args.density,
-            "seed": args.seed, "rule": "B3/S23", "boundary": "periodic"}  # fmt: skip
+            "seed": args.seed, "rule": "B3/S23", "boundary": "periodic",
+            **({"packed": True} if args.packed else {})}  # fmt: skip
 
 
 # ---- Output -------------------------------------------------------------------------------
@@ -164,7 +168,7 @@ def diagnostics(b: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def summary(r: dict) -> str:
-    return driver.describe(r) + f"\n  population {r['population']}"
+    return results.summary_line(r) + f"\n  population {r['population']}"
 
 
 def plot(ds, path: str):
@@ -175,9 +179,39 @@ def plot(ds, path: str):
 
 
 # ---- Time loop ----------------------------------------------------------------------------
+def time_loop(p: Problem, g, steps: int, how: runner.Loop):
+    """``steps`` generations on ``how.backend``, ``how.steps_per_exchange`` per halo exchange.
+
+    pgas.runner calls it: it builds or restores ``g``, compiles first, times the
+    loop, checkpoints and shows progress in ``how.callback`` between chunks. The
+    step functions come from the problem (``--packed`` brings its own).
+    """
+    k = how.steps_per_exchange
+    if how.backend == "auto":  # the global view: pgas turns the shifts into halo exchanges
+        return pgas.run(p.step, g, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+                        callback=how.callback, steps_per_exchange=k)  # fmt: skip
+    if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
+        return pgas.explicit.run(p.kernel, g, steps, p.halo, p.region, steps_per_exchange=k)
+    from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
+
+    # TODO(merge): steps_per_exchange=k once pgas.mpi.run takes it (house branch)
+    return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
+                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   callback=how.callback)  # fmt: skip
+
+
+def packed_problem(**kwargs) -> Problem:
+    """Life on bit-packed uint64 words (examples/life/packed.py), decoded to a uint8 board."""
+    import packed  # beside this file
+
+    return dataclasses.replace(packed.problem(**kwargs), loop=time_loop)
+
+
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = driver.make_parser(__doc__, steps=200, dtypes=("uint8", "int8", "int16", "int32"),
-                            plots="final board (.png) or animation (.gif); repeatable")  # fmt: skip
+    ap = options.make_parser(
+        __doc__, steps=200, dtypes=("uint8", "int8", "int16", "int32"),
+        plots="final board (.png) or animation (.gif); repeatable",
+    )  # fmt: skip
     g = ap.add_argument_group("life")
     g.add_argument(
         "--size",
@@ -196,21 +230,29 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--at", type=parse_at, metavar="Y,X", help="top-left cell of the pattern (default: centred)"
     )
     g.add_argument("--density", type=float, default=0.3, help="live fraction of random boards")
+    g.add_argument(
+        "--packed",
+        action="store_true",
+        help="64 cells per uint64 word (examples/life/packed.py); output as uint8",
+    )
     args = ap.parse_args(argv)
     kwargs = dict(size=f"{args.size[0]}x{args.size[1]}", pattern=args.pattern,
                   at=None if args.at is None else f"{args.at[0]},{args.at[1]}",
-                  density=args.density, seed=args.seed, dtype=args.dtype)  # fmt: skip
-    prob = driver.run_or_exit(ap, lambda: problem(**kwargs))
-    driver.prepare(ap, args, __file__, plot_suffixes=(".png", ".gif"), snapshots=100)
-    if args.compare:
-        driver.compare_table(__file__, args, kwargs)
-    # pgas.run(life, g, steps, snapshot_every=K, chunk=..., callback=progress) on --backend
-    # auto; pgas.explicit.run(kernel, ...) on explicit; pgas.mpi.run(kernel, ...) on mpi.
-    run = driver.run_or_exit(ap, lambda: driver.simulate(prob, args, meta=meta(args, kwargs)))
-    return driver.report(
-        run, args, name="life", var="board", dims=("y", "x"), diagnostics=diagnostics,
+                  density=args.density, seed=args.seed)  # fmt: skip
+    make, source = ((packed_problem, kwargs) if args.packed
+                    else (problem, dict(kwargs, dtype=args.dtype)))  # fmt: skip
+    prob = options.or_exit(ap, lambda: make(**source))
+    opts = options.from_args(ap, args, script=__file__, plot_suffixes=(".png", ".gif"),
+                             snapshots=100)  # fmt: skip
+    session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
+    if opts.compare:
+        compare.print_comparison(__file__, opts, source, factory=make.__name__)
+    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta=meta(args, kwargs)))
+    return results.report(
+        run, opts, name="life", var="board", dims=("y", "x"), diagnostics=diagnostics,
         attrs={"size": kwargs["size"], "pattern": args.pattern, "at": kwargs["at"] or "centre",
-               "density": args.density, "seed": args.seed, "rule": "B3/S23", "topology": "torus"},
+               "density": args.density, "seed": args.seed, "rule": "B3/S23", "topology": "torus",
+               "packed": int(args.packed)},
         plot=plot, summary=summary,
     )  # fmt: skip
 

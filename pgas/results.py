@@ -1,0 +1,238 @@
+"""Results: one record per run of a problem, on any backend, and how it is shown.
+
+A :class:`Result` is what :func:`pgas.runner.run` returns and what
+:func:`pgas.compare.compare` collects: where the run went (backend, platform,
+device kind, devices, processes, mesh), how long the time loop took, the halo
+messages and bytes per *physical* step (floats: with ``k`` steps per exchange a
+step sends ``1/k`` of an exchange), the chosen ``k`` and why it was lowered,
+the checksum of the final field and, on rank 0, the field and snapshots.
+
+:func:`format_table` prints a comparison, :func:`summary_line` an example's first
+summary line, and :func:`report` writes an example's Dataset, pictures, summary
+and JSON line (rank 0 only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Result", "format_table", "summary_line", "report", "versions"]
+
+# what a run's Dataset records about it, besides the example's own attributes
+_ATTRS = (
+    "backend", "mesh", "devices", "processes", "steps", "seconds", "checksum", "platform",
+    "device_kind", "steps_per_exchange", "steps_per_exchange_note",
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One run of a problem on one backend.
+
+    Attributes:
+        backend: ``auto``, ``explicit`` or ``mpi``.
+        devices: devices (JAX) or ranks (mpi).
+        processes: processes in the run.
+        mesh: devices per mesh axis.
+        shape: global shape of the field.
+        steps: the last step (the run did ``steps - start_step`` of them).
+        seconds: time of the time loop, without compilation or gathers.
+        checksum: sha256 of the final field (decoded), see :func:`pgas.problem.checksum`.
+        messages_per_step: halo messages per physical step, all senders together.
+        bytes_per_step: halo bytes per physical step, all senders together.
+        ideal_bytes_per_step: the stencil's halo bytes per device and step (0: unknown).
+        steps_per_exchange: ``k``, physical steps per halo exchange, as run.
+        steps_per_exchange_note: why ``k`` is lower than asked, else ``""``.
+        platform: ``cpu`` or ``gpu``.
+        device_kind: the device model.
+        comm: the communication report as a dict (JAX) or the MPI counts.
+        start_step: the step the run started from (> 0 after a restart).
+        rank: this process's rank (only rank 0 holds ``field``).
+        field, snapshots, times: the final field, the snapshots and their steps (rank 0).
+
+    >>> r = Result("auto", 1, 1, {"x": 1}, (8,), 10, 0.5, "ab")
+    >>> r.cell_updates_per_second
+    160.0
+    """
+
+    backend: str
+    devices: int
+    processes: int
+    mesh: dict
+    shape: tuple[int, ...]
+    steps: int
+    seconds: float
+    checksum: str
+    messages_per_step: float = 0.0
+    bytes_per_step: float = 0.0
+    ideal_bytes_per_step: int = 0
+    steps_per_exchange: int = 1
+    steps_per_exchange_note: str = ""
+    platform: str = "cpu"
+    device_kind: str = "cpu"
+    comm: dict | None = None
+    start_step: int = 0
+    rank: int = 0
+    field: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+    snapshots: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+    times: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def cell_updates_per_second(self) -> float:
+        done = self.steps - self.start_step
+        return math.prod(self.shape) * done / self.seconds if self.seconds > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        """The JSON-able fields (no arrays), plus ``cell_updates_per_second``."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("field", "snapshots", "times", "rank")}  # fmt: skip
+        d["shape"] = list(self.shape)
+        d["cell_updates_per_second"] = self.cell_updates_per_second
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, field: np.ndarray | None = None) -> Result:
+        """The inverse of :meth:`to_dict` (e.g. a worker's JSON line).
+
+        >>> r = Result("mpi", 2, 2, {"x": 2}, (8,), 1, 1.0, "ab")
+        >>> Result.from_dict(r.to_dict()) == r
+        True
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["shape"] = tuple(kw["shape"])
+        return cls(**kw, field=field)
+
+
+def _per_step(x: float) -> str:
+    return str(float(x)) if float(x) == int(x) or abs(x) >= 0.01 else f"{x:.2e}"
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """The comparison as a text table; ``equal`` compares checksums with the first row.
+
+    Messages and bytes are per physical step (``k`` steps share one exchange).
+
+    >>> r = Result("auto", 2, 1, {"x": 2}, (8,), 10, 0.5, "abcdef0123456789", 0.5, 2.0, 8, 8)
+    >>> row = format_table([r]).splitlines()[1].split()
+    >>> row[-1], row[3], row[6], row[7]
+    ('yes', '8', '0.5', '2.0')
+    """
+    head = (f"{'backend':<9} {'platform':<8} {'devices/ranks':>13} {'k':>3} {'ms/step':>8} "
+            f"{'Mcell/s':>8} {'msgs/step':>10} {'bytes/step':>11} {'ideal/dev':>10} "
+            f"{'checksum':<17} equal")  # fmt: skip
+    lines = [head]
+    ref = results[0].checksum if results else None
+    for r in results:
+        who = r.devices if r.backend != "mpi" else r.processes
+        lines.append(
+            f"{r.backend:<9} {r.platform:<8} {who:>13} {r.steps_per_exchange:>3} "
+            f"{1e3 * r.seconds / max(r.steps - r.start_step, 1):>8.3f} "
+            f"{r.cell_updates_per_second / 1e6:>8.1f} {_per_step(r.messages_per_step):>10} "
+            f"{_per_step(r.bytes_per_step):>11} {r.ideal_bytes_per_step or '-':>10} "
+            f"{r.checksum[:16]:<17} {'yes' if r.checksum == ref else 'NO'}"
+        )
+    kinds = sorted({f"{r.platform}: {r.device_kind}" for r in results})
+    notes = sorted({f"{r.backend}: {r.steps_per_exchange_note}" for r in results
+                    if r.steps_per_exchange_note})  # fmt: skip
+    return "\n".join([*lines, *(f"  devices {k}" for k in kinds), *(f"  k {n}" for n in notes)])
+
+
+def summary_line(result: dict) -> str:
+    """The first summary line of a run (from :func:`report`'s dict).
+
+    >>> d = Result("auto", 2, 1, {"x": 2}, (8,), 10, 0.5, "ab" * 8).to_dict()
+    >>> summary_line(dict(d, example="demo", dtype="float32"))[:40]
+    'demo (8,) float32: 10 steps on auto (2 c'
+    """
+    where = (f"{result['processes']} MPI rank(s)" if result["backend"] == "mpi"
+             else f"{result['devices']} {result['platform']} device(s) "
+                  f"[{result['device_kind']}]")  # fmt: skip
+    return (
+        f"{result['example']} {tuple(result['shape'])} {result['dtype']}: {result['steps']} steps "
+        f"on {result['backend']} ({where}, mesh {result['mesh']}, k = "
+        f"{result['steps_per_exchange']}) in {result['seconds']:.3f} s, "
+        f"{result['cell_updates_per_second'] / 1e6:.1f} Mcell/s; checksum "
+        f"{result['checksum'][:16]}"
+    ) + (f"\n  k {result['steps_per_exchange_note']}" if result["steps_per_exchange_note"] else "")
+
+
+def versions() -> dict:
+    """pgas's and JAX's versions, for dataset attributes.
+
+    >>> sorted(versions())
+    ['jax_version', 'pgas_version']
+    """
+    import jax
+
+    import pgas
+
+    return {"pgas_version": pgas.__version__, "jax_version": jax.__version__}
+
+
+def report(
+    run: Result,
+    opts,
+    *,
+    name: str,
+    var: str,
+    dims: Sequence[str],
+    diagnostics: Callable[[np.ndarray], dict[str, np.ndarray]],
+    attrs: dict,
+    plot: Callable[[Any, str], Any],
+    summary: Callable[[dict], str],
+) -> dict | None:
+    """Write the Dataset and plots, print the summary and the JSON line (rank 0 only).
+
+    Args:
+        run: the run's result.
+        opts: its :class:`pgas.options.RunOptions`.
+        name, var, dims: the example's name, its field's name and dimensions.
+        diagnostics: maps snapshots ``(n, *shape)`` to per-snapshot global
+            values; the last values also go into the JSON line.
+        attrs: the example's own Dataset attributes.
+        plot: ``plot(dataset, path)`` writes one picture.
+        summary: the printed summary from the result dict.
+    """
+    if run.rank != 0:
+        return None
+    final = {k: v[-1].item() for k, v in diagnostics(run.field[None]).items()}
+    result = {"example": name, **run.to_dict(), "dtype": opts.dtype, **final}
+    if opts.checkpointing:
+        result["checkpoint"] = opts.checkpoint
+    result["written"] = written = _write(run, opts, result, name, var, dims, diagnostics, attrs,
+                                         plot)  # fmt: skip
+    if not opts.quiet:
+        print(summary(result))
+        for path in written:
+            print(f"  wrote {path}")
+    if opts.json:
+        print(json.dumps(result), flush=True)
+    return result
+
+
+def _write(run: Result, opts, result: dict, name: str, var: str, dims: Sequence[str],
+           diagnostics: Callable, attrs: dict, plot: Callable) -> list[str]:  # fmt: skip
+    """Write the Dataset (``opts.out``) and the pictures (``opts.plot``); their paths."""
+    written: list[str] = []
+    if run.snapshots is not None and (opts.out or opts.plot):
+        from pgas.io import to_dataset, write_dataset
+
+        ds = to_dataset(
+            run.snapshots, run.times, name=var, dims=dims,
+            diagnostics=diagnostics(run.snapshots),
+            attrs={"title": f"pgas example {name}", **{k: result[k] for k in _ATTRS},
+                   "dtype": opts.dtype, "snapshot_every": opts.snapshot_every,
+                   "start_step": run.start_step, **attrs, **versions()},
+        )  # fmt: skip
+        if opts.out:
+            written.append(str(write_dataset(ds, opts.out)))
+        for path in opts.plot:
+            written.append(str(plot(ds, path)))
+    return written

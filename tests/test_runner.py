@@ -1,0 +1,103 @@
+"""The runner: one problem, every JAX backend, one Result; k, decode, snapshots, the loop hook."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import heat_numpy
+
+from pgas import checkpoint, runner
+from pgas.options import RunOptions
+from pgas.plan import choose_steps_per_exchange
+from pgas.problem import checksum, demo, load_problem
+
+PROBLEMS = str(Path(__file__).with_name("problems.py"))
+
+
+def heat_problem(n=203):
+    return load_problem(f"{PROBLEMS}:heat", n=n)
+
+
+def heat_reference(n, steps):
+    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
+
+
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_bitwise_with_snapshots_and_counts(backend):
+    opts = RunOptions(backend=backend, steps=12, devices=4, snapshot_every=4)
+    r = runner.run(heat_problem(), opts)
+    np.testing.assert_array_equal(r.field, heat_reference(203, 12))
+    assert r.checksum == checksum(r.field) and r.devices == 4 and r.mesh == {"x": 4}
+    assert r.times.tolist() == [0, 4, 8, 12] and r.snapshots.shape == (4, 203)
+    for shot, t in zip(r.snapshots, r.times):
+        np.testing.assert_array_equal(shot, heat_reference(203, t))
+    assert r.messages_per_step == 8.0 and r.bytes_per_step == 32.0  # 4 devices x 2 x 4 B
+    assert r.ideal_bytes_per_step == 8 and r.platform == "cpu" and r.seconds > 0
+
+
+@pytest.mark.parametrize("asked, k, lowered", [(1, 1, False), (4, 4, False), ("auto", None, False),
+                                               (64, 50, True)])  # fmt: skip
+def test_steps_per_exchange_choice_is_reported(asked, k, lowered):
+    opts = RunOptions(steps=10, devices=4, steps_per_exchange=asked)
+    r = runner.run(heat_problem(), opts)  # blocks of 50 cells, halo 1
+    if k is None:  # auto: what the shared model picks for these blocks
+        k = choose_steps_per_exchange("auto", (50,), (1,), 4).steps_per_exchange
+    assert r.steps_per_exchange == k and bool(r.steps_per_exchange_note) == lowered
+    if lowered:
+        assert "lowered from 64 to 50" in r.steps_per_exchange_note
+    np.testing.assert_array_equal(r.field, heat_reference(203, 10))
+
+
+def test_decode_applies_before_checksum_and_output():
+    p = dataclasses.replace(demo(8), decode=lambda v: (v * 2).astype(np.int16))
+    r = runner.run(p, RunOptions(steps=2, devices=2, snapshot_every=1))
+    expected = (np.arange(8) * 2).astype(np.int16)
+    np.testing.assert_array_equal(r.field, expected)
+    assert r.checksum == checksum(expected) and r.snapshots.dtype == np.int16
+
+
+def test_the_problems_loop_is_what_runs():
+    calls = []
+
+    def loop(p, u, steps, how):
+        calls.append((steps, how.backend, how.steps_per_exchange, how.snapshot_every))
+        return runner.default_loop(p, u, steps, how)
+
+    p = dataclasses.replace(heat_problem(), loop=loop)
+    r = runner.run(p, RunOptions(steps=6, devices=2, steps_per_exchange=2))
+    np.testing.assert_array_equal(r.field, heat_reference(203, 6))
+    assert calls == [(1, "auto", 2, None), (6, "auto", 2, None)]  # warm-up, then the run
+
+
+def test_checkpoints_between_chunks_and_restart(tmp_path):
+    ck = str(tmp_path / "ck")
+    opts = RunOptions(backend="explicit", steps=8, devices=2, checkpoint=ck, checkpoint_every=4)
+    runner.run(heat_problem(), opts)
+    assert checkpoint.latest(ck) == 8
+    more = dataclasses.replace(opts, backend="auto", steps=12, restart=True, devices=4)
+    r = runner.run(heat_problem(), more)
+    assert r.start_step == 8 and checkpoint.latest(ck) == 12
+    np.testing.assert_array_equal(r.field, heat_reference(203, 12))
+
+
+def test_restart_in_an_empty_directory_starts_fresh(tmp_path):
+    (tmp_path / "ck").mkdir()
+    opts = RunOptions(steps=3, devices=2, checkpoint=str(tmp_path / "ck"), restart=True)
+    assert runner.run(heat_problem(), opts).start_step == 0
+
+
+def test_chunk_length():
+    assert runner.chunk_length(100, None, False) is None
+    assert runner.chunk_length(100, None, True) == 5
+    assert runner.chunk_length(100, 10, False) == 20
+    assert runner.chunk_length(100, 50, True) == 50
+
+
+def test_mesh_and_build():
+    p = load_problem(f"{PROBLEMS}:life")
+    mesh = runner.mesh_for(p, 4)
+    assert dict(mesh.shape) == {"y": 2, "x": 2}
+    u = runner.build(p, mesh)
+    y, x = np.meshgrid(np.arange(37), np.arange(53), indexing="ij")
+    np.testing.assert_array_equal(u.to_numpy(), p.init(y, x))
