@@ -263,8 +263,18 @@ def _comm(problem: Problem, backend: str, u, k: int) -> Any:
 
     if backend == "auto":
         return pgas.comm_report(problem.step, u, steps_per_exchange=k)
-    step = lambda v: explicit.step(problem.kernel, v, problem.halo, problem.region)  # noqa: E731
-    return pgas.comm_report(step, u, steps_per_exchange=k)
+    return explicit.comm_report(problem.kernel, u, problem.halo, problem.region,
+                                steps_per_exchange=k)  # fmt: skip
+
+
+def _jax_choice(problem: Problem, backend: str, requested, u) -> Choice:
+    """The steps per exchange the JAX paths will use (what pgas.run / explicit.run choose)."""
+    from pgas import explicit
+    from pgas.plan import plan
+
+    if backend == "auto":
+        return plan(problem.step, u, requested).choice
+    return explicit.choose(u, problem.halo, requested)
 
 
 def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Progress,
@@ -273,8 +283,7 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
 
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
-    blocks = tuple(s // mesh.shape[a] for s, a in zip(problem.shape, problem.mesh_axes))
-    choice = _choice(problem, opts.steps_per_exchange, blocks, session.platform)
+    choice = _jax_choice(problem, opts.backend, opts.steps_per_exchange, fresh())
     k, every, ck_every = choice.steps_per_exchange, opts.snapshot_every, opts.checkpoint_every
     ckpt = _Checkpointer(opts, session.rank, meta) if opts.checkpointing else None
     u, start = _restore(problem, opts, ckpt, fresh())
