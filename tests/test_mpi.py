@@ -203,7 +203,7 @@ def launch(p: int) -> tuple[dict, dict]:
             fields = {k: z[k] for k in z.files}
         with open(os.path.join(out, "meta.json")) as f:
             meta = json.load(f)
-    assert meta["size"] == p
+    assert meta["size"] == meta["world"] == p  # check_world(p) passes under a matching mpiexec
     return fields, meta["cases"]
 
 
@@ -521,6 +521,26 @@ def test_require_launcher():
     proc = _python(code, OMPI_COMM_WORLD_SIZE="4")  # another MPI library's mpiexec
     assert proc.returncode != 0
     assert "another MPI library" in proc.stderr and str(MPIEXEC) in proc.stderr
+
+
+@pytest.mark.parametrize("var", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
+def test_mismatched_mpi_library_is_named(var):
+    """A launcher that announced 4 ranks, but mpi4py's library sees a 1-rank world."""
+    code = (
+        "from pgas import mpi\n"
+        "heat = lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])\n"
+        "mpi.run(heat, lambda x: x * 1.0, (16,), 'float64', 2, 1, mpi_boundary)\n"
+    ).replace("mpi_boundary", "__import__('pgas').Keep()")
+    proc = _python(code, **{var: "4", "PMI_RANK": "0"})
+    assert proc.returncode != 0
+    assert "DeviceCountError" in proc.stderr
+    assert f"launcher started 4 ({var}=4)" in proc.stderr
+    assert "COMM_WORLD has 1 rank(s)" in proc.stderr
+    assert "python -m mpi4py --mpi-library" in proc.stderr and str(MPIEXEC) in proc.stderr
+    proc = _python("from pgas import mpi; print(mpi.check_world())")  # no launcher: fine
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    proc = _python("from pgas import mpi; mpi.check_world(expected=3)")
+    assert "expected_ranks = 3" in proc.stderr and "without an MPI launcher" in proc.stderr
 
 
 def test_import_error_without_mpi4py():

@@ -223,7 +223,7 @@ def main() -> None:
         if world.rank == 0:
             np.savez(os.path.join(out_dir, "fields.npz"), **fields)
             with open(os.path.join(out_dir, "meta.json"), "w") as f:
-                json.dump({"size": world.size, "cases": meta}, f)
+                json.dump({"size": world.size, "world": pm.check_world(world.size), "cases": meta}, f)
 
 
 if __name__ == "__main__":
