@@ -44,7 +44,6 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -57,8 +56,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from pgas.array import GlobalArray, _physical_coords
+from pgas.array import GlobalArray
 from pgas.errors import PgasError
+from pgas.problem import checksum
 
 __all__ = [
     "CheckpointError",
@@ -121,10 +121,6 @@ def _jsonable(meta: Mapping[str, Any] | None) -> dict:
         return json.loads(json.dumps(dict(meta), sort_keys=True, default=str))
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"meta = {meta!r} cannot be stored as JSON ({err})") from None
-
-
-def _sha256(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -231,8 +227,10 @@ def save(
 ) -> Path:
     """Write a checkpoint of ``state`` after ``step`` steps, atomically.
 
-    Call it on every process (it synchronises them). Each process writes the
-    blocks of its own shards; process 0 writes the manifest and commits.
+    Call it on every process (it synchronises them). Three phases, each
+    ending with all processes agreeing that it worked: process 0 prepares
+    ``path/.tmp-step-<step>``; each process writes the blocks of its own
+    shards; process 0 checks the tiling, writes the manifest and commits.
 
     Args:
         path: the checkpoint directory (created if needed).
@@ -265,28 +263,36 @@ def save(
     names, arrays = _fields(state, "state")
     root = Path(path)
     tmp = root / _tmp_name(step)
-    pid = jax.process_index()
+    first = jax.process_index() == 0
+    _agree(_prepare(root, tmp) if first else None, "creating the checkpoint directory")
+    _agree(_write_blocks(tmp, arrays), "writing the checkpoint blocks")
+    final, error = (None, None)
+    if first:
+        final, error = _finish_version(tmp, root, names, arrays, step, meta, keep)
+    _agree(error, "committing the checkpoint")
+    return final if final is not None else root / _read_latest(root)
 
-    error = None
-    if pid == 0:
-        try:
-            if root.exists() and not root.is_dir():
-                raise CheckpointError(
-                    f"path = {str(root)!r} exists and is not a directory; give a directory "
-                    f"name for the checkpoint"
-                )
-            root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)  # debris of a killed save
-            (tmp / "parts").mkdir(parents=True)
-        except (OSError, CheckpointError) as err:
-            error = (
-                err
-                if isinstance(err, CheckpointError)
-                else CheckpointError(f"cannot create the checkpoint directory {str(tmp)!r}: {err}")
+
+def _prepare(root: Path, tmp: Path) -> CheckpointError | None:
+    """Process 0: create ``root`` and an empty ``tmp`` (removing a killed save's debris)."""
+    try:
+        if root.exists() and not root.is_dir():
+            return CheckpointError(
+                f"path = {str(root)!r} exists and is not a directory; give a directory "
+                f"name for the checkpoint"
             )
-    _agree(error, "creating the checkpoint directory")
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "parts").mkdir(parents=True)
+    except OSError as err:
+        return CheckpointError(f"cannot create the checkpoint directory {str(tmp)!r}: {err}")
+    return None
 
-    error, written = None, []
+
+def _write_blocks(tmp: Path, arrays: list[GlobalArray]) -> CheckpointError | None:
+    """Every process: its logical blocks, fsynced, and a part file listing them."""
+    pid = jax.process_index()
+    written = []
     try:
         for i, arr in enumerate(arrays):
             (tmp / f"f{i}").mkdir(exist_ok=True)
@@ -297,49 +303,41 @@ def save(
                     f.flush()
                     os.fsync(f.fileno())
                 written.append(dict(field=i, file=name, offset=list(offset),
-                                    shape=list(block.shape), sha256=_sha256(block)))  # fmt: skip
+                                    shape=list(block.shape), sha256=checksum(block)))  # fmt: skip
         _write_json(tmp / "parts" / f"process-{pid:05d}.json", {"process": pid, "blocks": written})
     except OSError as err:
-        error = CheckpointError(
-            f"process {pid} could not write its blocks into {str(tmp)!r}: {err}"
+        return CheckpointError(f"process {pid} could not write its blocks into {str(tmp)!r}: {err}")
+    return None
+
+
+def _finish_version(tmp, root, names, arrays, step, meta, keep):
+    """Process 0: check the tiling, write the manifest, commit; ``(final, error)``."""
+    try:
+        blocks = []
+        for part in sorted((tmp / "parts").glob("process-*.json")):
+            blocks += json.loads(part.read_text())["blocks"]
+        fields = []
+        for i, (name, arr) in enumerate(zip(names, arrays, strict=True)):
+            mine = sorted((b for b in blocks if b["field"] == i), key=lambda b: b["offset"])
+            _check_tiling(name, arr.shape, mine, str(tmp))
+            fields.append(dict(name=name, shape=list(arr.shape), dtype=arr.dtype.str,
+                               blocks=[{k: b[k] for k in ("file", "offset", "shape", "sha256")}
+                                       for b in mine]))  # fmt: skip
+        from pgas import __version__
+
+        manifest = dict(format=FORMAT, format_version=FORMAT_VERSION, step=step, meta=meta,
+                        fields=fields, pgas_version=__version__,
+                        process_count=jax.process_count(),
+                        device_count=jax.device_count())  # fmt: skip
+        _write_json(tmp / _MANIFEST, manifest)
+        _fsync_dir(tmp)
+        return _commit(tmp, root, step, keep), None
+    except (OSError, ValueError, KeyError) as err:
+        if isinstance(err, CheckpointError):
+            return None, err
+        return None, CheckpointError(
+            f"committing the checkpoint {str(tmp)!r} failed: {type(err).__name__}: {err}"
         )
-    _agree(error, "writing the checkpoint blocks")
-
-    final = None
-    error = None
-    if pid == 0:
-        try:
-            blocks = []
-            for part in sorted((tmp / "parts").glob("process-*.json")):
-                blocks += json.loads(part.read_text())["blocks"]
-            fields = []
-            for i, (name, arr) in enumerate(zip(names, arrays, strict=True)):
-                mine = sorted((b for b in blocks if b["field"] == i), key=lambda b: b["offset"])
-                _check_tiling(name, arr.shape, mine, str(tmp))
-                fields.append(dict(name=name, shape=list(arr.shape), dtype=arr.dtype.str,
-                                   blocks=[{k: b[k] for k in ("file", "offset", "shape", "sha256")}
-                                           for b in mine]))  # fmt: skip
-            from pgas import __version__
-
-            manifest = dict(format=FORMAT, format_version=FORMAT_VERSION, step=step, meta=meta,
-                            fields=fields, pgas_version=__version__,
-                            process_count=jax.process_count(),
-                            device_count=jax.device_count())  # fmt: skip
-            _write_json(tmp / _MANIFEST, manifest)
-            _fsync_dir(tmp)
-            final = _commit(tmp, root, step, keep)
-        except (OSError, ValueError, KeyError) as err:
-            error = (
-                err
-                if isinstance(err, CheckpointError)
-                else CheckpointError(
-                    f"committing the checkpoint {str(tmp)!r} failed: {type(err).__name__}: {err}"
-                )
-            )
-    _agree(error, "committing the checkpoint")
-    if final is None:
-        final = root / _read_latest(root)
-    return final
 
 
 def _check_tiling(name: str, shape: tuple[int, ...], blocks: list[dict], where: str) -> None:
@@ -461,7 +459,7 @@ class _BlockReader:
             if (
                 list(data.shape) != b["shape"]
                 or data.dtype != self.dtype
-                or (_sha256(data) != b["sha256"])
+                or (checksum(data) != b["sha256"])
             ):
                 raise CorruptCheckpointError(
                     f"checkpoint {str(self.version)!r}, field {self.field['name']}: block file "
@@ -492,7 +490,8 @@ def _restore(like: GlobalArray, reader: _BlockReader) -> GlobalArray:
 
     def callback(index):
         index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
-        coords, valid = _physical_coords(layout, index)
+        pairs = [ax.global_index(np.arange(ax.padded)[sl]) for ax, sl in zip(layout.axes, index)]
+        coords, valid = [c for c, _ in pairs], [v for _, v in pairs]
         real = [c[v] for c, v in zip(coords, valid, strict=True)]
         lo = tuple(int(r.min()) for r in real)
         hi = tuple(int(r.max()) + 1 for r in real)

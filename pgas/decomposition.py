@@ -160,6 +160,20 @@ class BlockAxis:
         """Global index of the first cell of each block."""
         return tuple(self.offset(b) for b in range(self.parts))
 
+    def global_index(self, physical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global index of each physical position, and whether it holds a real cell.
+
+        A padding position (the end of a short block) gets a valid index
+        (the last cell) and ``False``.
+
+        >>> BlockAxis(4, 3).global_index(np.arange(6))
+        (array([0, 1, 2, 3, 3, 3]), array([ True,  True,  True, False,  True, False]))
+        """
+        b, j = physical // self.block, physical % self.block
+        length = self.base + (b < self.extra)
+        g = b * self.base + np.minimum(b, self.extra) + j
+        return np.minimum(g, self.size - 1), j < length
+
     def physical_index(self) -> np.ndarray:
         """Physical position of every global cell, shape ``(size,)``.
 
