@@ -221,12 +221,39 @@ def _parse_header(line: str, where: str) -> tuple[int, int]:
     return size["y"], size["x"]
 
 
-def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
+MAX_PATTERN_CELLS = 2**28
+"""The largest pattern (``x * y`` cells, one byte each) :func:`parse_rle` allocates."""
+
+
+def _check_size(height: int, width: int, board: tuple[int, int] | None, where: str) -> None:
+    """Refuse a header too large for the board or for memory, before anything is allocated."""
+    if board is not None and (height > board[0] or width > board[1]):
+        raise PlacementError(
+            f"{where}: the header's pattern x = {width}, y = {height} does not fit the "
+            f"{board[0]}x{board[1]} board; use a board of at least "
+            f"{max(board[0], height)}x{max(board[1], width)} (--size), or a smaller pattern"
+        )
+    if height * width > MAX_PATTERN_CELLS:
+        raise RLEError(
+            f"{where}: the header's x = {width}, y = {height} asks for {height * width:,} "
+            f"cells, more than the {MAX_PATTERN_CELLS:,} a pattern may have "
+            f"(MAX_PATTERN_CELLS); fix x and y in the header (they give the pattern's bounding "
+            f"box in cells)"
+        )
+
+
+def parse_rle(
+    text: str, *, source: str = "<string>", board: tuple[int, int] | None = None
+) -> np.ndarray:
     """Parse a pattern in RLE format.
+
+    The header is checked before anything is allocated: against ``board``
+    when given, and against :data:`MAX_PATTERN_CELLS`.
 
     Args:
         text: the RLE text (comments, header, body).
         source: a name for the text used in error messages (e.g. the file path).
+        board: ``(rows, cols)`` of the board the pattern must fit, if known.
 
     Returns:
         A ``uint8`` array of shape ``(y, x)`` from the header; cells the body
@@ -237,6 +264,7 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
             ``x``, more rows than ``y``, a zero count, or no closing ``!``; the
             message gives the line number.
         UnsupportedRuleError: a rule other than B3/S23.
+        PlacementError: a header larger than ``board``.
 
     >>> parse_rle("#N Glider\\nx = 3, y = 3, rule = B3/S23\\nbob$2bo$3o!")
     array([[0, 1, 0],
@@ -260,7 +288,9 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
             f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
             f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
         )
-    height, width = _parse_header(lines[header_index], f"{source}, line {header_index + 1}")
+    where = f"{source}, line {header_index + 1}"
+    height, width = _parse_header(lines[header_index], where)
+    _check_size(height, width, board, where)
     board = np.zeros((height, width), dtype=np.uint8)
 
     row = col = 0
@@ -385,7 +415,9 @@ def _canonical(name: str) -> str:
     return _ALIASES.get(key, key)
 
 
-def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
+def load_pattern(
+    name_or_path: str | os.PathLike[str], board: tuple[int, int] | None = None
+) -> np.ndarray:
     """Load a built-in pattern by name, or an RLE file from disk.
 
     A value ending in ``.rle`` (any case), or naming an existing file, is
@@ -395,6 +427,8 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
 
     Args:
         name_or_path: a built-in name (see :func:`builtin_names`) or a path.
+        board: ``(rows, cols)`` of the board it must fit (checked before
+            allocating, see :func:`parse_rle`).
 
     Returns:
         The pattern as a ``uint8`` array ``(y, x)``.
@@ -416,14 +450,16 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
                 f"pattern file {text!r} does not exist; give the path of an existing .rle "
                 f"file, or a built-in name: {', '.join(builtin_names())}"
             )
-        return parse_rle(path.read_text(encoding="utf-8", errors="replace"), source=text)
+        return parse_rle(
+            path.read_text(encoding="utf-8", errors="replace"), source=text, board=board
+        )
     key = _canonical(text)
     if key not in BUILTIN_PATTERNS:
         raise UnknownPatternError(
             f"unknown pattern {text!r}; built-in patterns are: {', '.join(builtin_names())} "
             f"(aliases: {', '.join(sorted(_ALIASES))}); or give a path to an .rle file"
         )
-    return parse_rle(BUILTIN_PATTERNS[key], source=f"<built-in {key}>")
+    return parse_rle(BUILTIN_PATTERNS[key], source=f"<built-in {key}>", board=board)
 
 
 def _board_shape(shape: object, parameter: str, error: type[PatternError]) -> tuple[int, int]:
