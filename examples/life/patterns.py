@@ -272,7 +272,15 @@ def parse_rle(
            [1, 1, 1]], dtype=uint8)
     """
     lines = text.splitlines()
-    header_index = None
+    header_index = _find_header(lines, source)
+    where = f"{source}, line {header_index + 1}"
+    height, width = _parse_header(lines[header_index], where)
+    _check_size(height, width, board, where)
+    return _parse_body(lines, header_index + 1, np.zeros((height, width), np.uint8), source)
+
+
+def _find_header(lines: list[str], source: str) -> int:
+    """Index of the header line (the first that is neither blank nor a ``#`` comment)."""
     for index, line in enumerate(lines):
         stripped = line.strip()
         if not stripped:
@@ -281,21 +289,19 @@ def parse_rle(
             if stripped[:2] == "#r" and stripped[2:].strip():
                 _check_rule(stripped[2:], f"{source}, line {index + 1}")
             continue
-        header_index = index
-        break
-    if header_index is None:
-        raise RLEError(
-            f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
-            f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
-        )
-    where = f"{source}, line {header_index + 1}"
-    height, width = _parse_header(lines[header_index], where)
-    _check_size(height, width, board, where)
-    board = np.zeros((height, width), dtype=np.uint8)
+        return index
+    raise RLEError(
+        f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
+        f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
+    )
 
+
+def _parse_body(lines: list[str], start: int, board: np.ndarray, source: str) -> np.ndarray:
+    """Fill ``board`` from the runs of ``lines[start:]``, up to the closing ``!``."""
+    height, width = board.shape
     row = col = 0
     digits = ""
-    for index in range(header_index + 1, len(lines)):
+    for index in range(start, len(lines)):
         line = lines[index]
         where = f"{source}, line {index + 1}"
         if line.lstrip().startswith("#"):
@@ -319,21 +325,7 @@ def parse_rle(
                 row += count
                 col = 0
                 continue
-            if not (char.isalpha() or char == "."):
-                raise RLEError(
-                    f"{where}: unexpected character {char!r}; the body may contain only "
-                    f"counts, 'b' (dead), 'o' (alive), '$' (end of row) and '!' (end)"
-                )
-            if row >= height:
-                raise RLEError(
-                    f"{where}: the body has more rows than the header's y = {height}; "
-                    f"fix y in the header or remove the extra rows"
-                )
-            if col + count > width:
-                raise RLEError(
-                    f"{where}: row {row} is longer than the header's x = {width} "
-                    f"(it reaches {col + count} cells); fix x in the header or the row"
-                )
+            _check_run(char, row, col + count, height, width, where)
             if char not in "b.":
                 board[row, col : col + count] = 1
             col += count
@@ -341,6 +333,24 @@ def parse_rle(
         f"{source}, line {len(lines)}: the pattern has no closing '!' (the file may be "
         f"truncated); end the body with '!'"
     )
+
+
+def _check_run(char: str, row: int, end: int, height: int, width: int, where: str) -> None:
+    if not (char.isalpha() or char == "."):
+        raise RLEError(
+            f"{where}: unexpected character {char!r}; the body may contain only "
+            f"counts, 'b' (dead), 'o' (alive), '$' (end of row) and '!' (end)"
+        )
+    if row >= height:
+        raise RLEError(
+            f"{where}: the body has more rows than the header's y = {height}; "
+            f"fix y in the header or remove the extra rows"
+        )
+    if end > width:
+        raise RLEError(
+            f"{where}: row {row} is longer than the header's x = {width} "
+            f"(it reaches {end} cells); fix x in the header or the row"
+        )
 
 
 def _wrap(tokens: Iterable[str], width: int = 70) -> list[str]:

@@ -223,7 +223,8 @@ def main() -> None:
         if world.rank == 0:
             np.savez(os.path.join(out_dir, "fields.npz"), **fields)
             with open(os.path.join(out_dir, "meta.json"), "w") as f:
-                json.dump({"size": world.size, "world": pm.check_world(world.size), "cases": meta}, f)
+                world_size = pm.check_world(world.size)
+                json.dump({"size": world.size, "world": world_size, "cases": meta}, f)
 
 
 if __name__ == "__main__":
