@@ -157,7 +157,7 @@ class _Block:
             if mask is None:
                 e[inner] = new
             else:
-                np.copyto(e[inner], new, where=mask)
+                np.copyto(e[inner], new, where=mask, casting="unsafe")  # as `e[inner] = new`
             if sub < steps - 1:
                 fill_edges(e, self.grid, width, self.faces)
 
