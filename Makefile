@@ -7,7 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# pgas needs Python 3.11+ (jax 0.10 has no wheels for 3.10): stop before making .venv.
 $(BIN)/python:
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "pgas needs Python 3.11 or newer, but PY=$(PY) is Python $$($(PY) -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo '(not found)'); run make PY=python3.11 (or newer)" >&2; \
+		exit 1; }
 	$(PY) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml

@@ -72,7 +72,7 @@ def machine() -> dict:
         "jax": jax.__version__,
         "numpy": np.__version__,
         "pgas": pgas.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_average": os.getloadavg(),
     }
 

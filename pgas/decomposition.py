@@ -10,18 +10,54 @@ block ``b`` on a device hold exactly the cells rank ``b`` holds under
 ``mpiexec``.
 
 :func:`dims_create` splits a device count over k mesh axes the way
-``MPI_Dims_create`` does.
+``MPI_Dims_create`` does; :func:`halo_widths` reads a halo width given as one
+number or one per axis.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
-from pgas.errors import DeviceCountError
+from pgas.errors import DeviceCountError, HaloError
 
-__all__ = ["BlockAxis", "dims_create"]
+__all__ = ["BlockAxis", "dims_create", "halo_widths"]
+
+
+def halo_widths(halo: int | Sequence[int], ndim: int, name: str = "halo") -> tuple[int, ...]:
+    """One ghost width per axis from one width for all axes or one per axis.
+
+    Args:
+        halo: a whole number >= 0, or a sequence of ``ndim`` of them.
+        ndim: number of array axes.
+        name: the parameter's name in the error message.
+
+    Returns:
+        ``ndim`` widths.
+
+    Raises:
+        HaloError: a negative or non-integer width, or the wrong number of them.
+
+    >>> halo_widths(1, 3)
+    (1, 1, 1)
+    >>> halo_widths((2, 0), 2)
+    (2, 0)
+    """
+    single = isinstance(halo, (int, np.integer)) and not isinstance(halo, bool)
+    items = [halo] * ndim if single else list(halo) if isinstance(halo, Sequence) else None
+    if (
+        items is None
+        or len(items) != ndim
+        or not all(isinstance(h, (int, np.integer)) and not isinstance(h, bool) for h in items)
+        or any(h < 0 for h in items)
+    ):
+        raise HaloError(
+            f"{name} = {halo!r} for a {ndim}-D array: give one whole number >= 0 or {ndim} "
+            f"of them, e.g. {name}=1 or {name}={(1,) * ndim}"
+        )
+    return tuple(int(h) for h in items)
 
 
 def dims_create(count: int, ndims: int) -> tuple[int, ...]:
@@ -123,6 +159,20 @@ class BlockAxis:
     def offsets(self) -> tuple[int, ...]:
         """Global index of the first cell of each block."""
         return tuple(self.offset(b) for b in range(self.parts))
+
+    def global_index(self, physical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global index of each physical position, and whether it holds a real cell.
+
+        A padding position (the end of a short block) gets a valid index
+        (the last cell) and ``False``.
+
+        >>> BlockAxis(4, 3).global_index(np.arange(6))
+        (array([0, 1, 2, 3, 3, 3]), array([ True,  True,  True, False,  True, False]))
+        """
+        b, j = physical // self.block, physical % self.block
+        length = self.base + (b < self.extra)
+        g = b * self.base + np.minimum(b, self.extra) + j
+        return np.minimum(g, self.size - 1), j < length
 
     def physical_index(self) -> np.ndarray:
         """Physical position of every global cell, shape ``(size,)``.

@@ -30,6 +30,11 @@ Contract of :func:`initialize`:
 * The call is idempotent: a second call returns the same :class:`Info`.
 * CPU collectives between processes use gloo (JAX's default here; set
   explicitly when unset).
+* GPUs: :func:`local_device_ids` picks each process's devices from the
+  launcher's local rank and the visible GPUs (``CUDA_VISIBLE_DEVICES``), so
+  that one process per GPU gets its own GPU whether or not Slurm binds GPUs
+  per task; ``PGAS_LOCAL_DEVICE_IDS`` (e.g. ``0,1``) overrides it.
+* Public JAX only (``jax.distributed``, ``jax.config``).
 
 >>> info = initialize()          # single process: nothing to start
 >>> info.process_count, info.method
@@ -51,6 +56,7 @@ from collections.abc import Mapping
 import jax
 
 from pgas.errors import PgasError
+from pgas.launcher import Launch, detect_launcher, launch
 
 __all__ = [
     "CoordinatorError",
@@ -60,9 +66,9 @@ __all__ = [
     "describe",
     "detect_launcher",
     "initialize",
+    "local_device_ids",
 ]
 
-_MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 _LAUNCHERS = ("mpi", "slurm", "none")
 DEFAULT_TIMEOUT = 60
 WATCHDOG_EXIT_CODE = 75  # EX_TEMPFAIL: the job could not start; try again
@@ -108,29 +114,6 @@ class Info:
 _INFO: Info | None = None
 
 
-def detect_launcher(env: Mapping[str, str] | None = None) -> str:
-    """Which launcher started this process: ``"mpi"``, ``"slurm"`` or ``"none"``.
-
-    ``mpiexec`` variables win over Slurm ones (``mpiexec`` inside an allocation).
-
-    Args:
-        env: the environment to inspect; default ``os.environ``.
-
-    >>> detect_launcher({"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "7"})
-    'mpi'
-    >>> detect_launcher({"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "n1", "SLURM_PROCID": "0"})
-    'slurm'
-    >>> detect_launcher({"SLURM_JOB_ID": "7"})  # inside salloc/sbatch but not srun
-    'none'
-    """
-    env = os.environ if env is None else env
-    if any(k in env for k in _MPI_ENV):
-        return "mpi"
-    if "SLURM_JOB_ID" in env and ("SLURM_STEP_NODELIST" in env or "SLURM_PROCID" in env):
-        return "slurm"
-    return "none"
-
-
 def _env_int(name: str, env: Mapping[str, str]) -> int | None:
     value = env.get(name)
     if value is None or value.strip() == "":
@@ -155,6 +138,158 @@ def _check_count(name: str, declared: int | None, actual: int, launcher: str) ->
             f"{name} = {declared}, but {launcher} started {actual} process(es); make them agree: "
             f"launch {declared} processes, or set {name} to {actual} (or unset it)"
         )
+
+
+def local_device_ids(env: Mapping[str, str] | None = None) -> list[int] | None:
+    """The GPUs this process should use, as JAX's ``local_device_ids``; None: JAX decides.
+
+    From ``PGAS_LOCAL_DEVICE_IDS`` if set; else from the GPUs visible to this
+    process (``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``) and the
+    launcher's processes on this node (``SLURM_LOCALID``/``SLURM_NTASKS_PER_NODE``,
+    ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS``, ``OMPI_COMM_WORLD_LOCAL_*``):
+
+    - ``G`` visible GPUs shared by ``P`` processes on the node with ``P``
+      dividing ``G`` (e.g. ``--gpus-per-node=4``, 4 tasks, no binding):
+      ``G / P`` GPUs each, local rank ``r`` taking ``r*G/P`` onwards;
+    - otherwise (one process on the node, one visible GPU, or fewer GPUs
+      than processes: the launcher bound GPUs per task): every visible GPU;
+    - no visible GPUs declared: ``None``; JAX then picks ``[local rank]``.
+
+    >>> local_device_ids({"SLURM_JOB_ID": "1", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+    ...                   "SLURM_NTASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    [1]
+    >>> local_device_ids({"SLURM_JOB_ID": "1", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+    ...                   "SLURM_NTASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"})
+    [0]
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("PGAS_LOCAL_DEVICE_IDS", "").strip()
+    if explicit:
+        try:
+            return [int(x) for x in explicit.split(",")]
+        except ValueError:
+            raise LauncherError(
+                f"PGAS_LOCAL_DEVICE_IDS = {explicit!r}: give device numbers separated by "
+                f"commas, e.g. 0,1, or unset it"
+            ) from None
+    visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES")
+    if not visible:
+        return None
+    count = len(visible.split(","))
+    info: Launch = launch(env)
+    procs, rank = info.local_size or 1, info.local_rank or 0
+    if count == 1 or procs == 1 or count % procs or rank >= procs:
+        return list(range(count))  # bound per task by the launcher: all are ours
+    per = count // procs
+    return list(range(rank * per, (rank + 1) * per))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The start-up values after arguments, ``PGAS_*`` overrides and the launcher."""
+
+    coordinator: str | None
+    num_processes: int | None
+    process_id: int | None
+    local_devices: int | None
+    timeout: int
+    launcher: str
+
+
+def _settings(coordinator, num_processes, process_id, local_devices, method, timeout, env):
+    def pick(value, name):
+        return value if value is not None else _env_int(name, env)
+
+    launcher = (method or env.get("PGAS_LAUNCHER") or detect_launcher(env)).lower()
+    launcher = {"mpi4py": "mpi", "mpiexec": "mpi", "srun": "slurm"}.get(launcher, launcher)
+    if launcher not in _LAUNCHERS:
+        raise LauncherError(
+            f"method = {launcher!r} (argument or PGAS_LAUNCHER) is not a launcher pgas knows; "
+            f"use one of {_LAUNCHERS}"
+        )
+    settings = _Settings(
+        coordinator=coordinator or env.get("PGAS_COORDINATOR") or None,
+        num_processes=pick(num_processes, "PGAS_NUM_PROCESSES"),
+        process_id=pick(process_id, "PGAS_PROCESS_ID"),
+        local_devices=pick(local_devices, "PGAS_LOCAL_DEVICES"),
+        timeout=int(timeout or _env_int("PGAS_INIT_TIMEOUT", env) or DEFAULT_TIMEOUT),
+        launcher=launcher,
+    )
+    if settings.num_processes is not None and settings.num_processes < 1:
+        raise ProcessCountError(
+            f"num_processes = {settings.num_processes}: give a whole number >= 1"
+        )
+    return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """How to call ``jax.distributed.initialize``: a method name and its arguments."""
+
+    method: str
+    kwargs: dict
+
+
+def _mpi_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
+    """Under ``mpiexec``: ranks from mpi4py, a coordinator port picked by rank 0."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    size, rank = comm.Get_size(), comm.Get_rank()
+    _check_count("num_processes (PGAS_NUM_PROCESSES)", s.num_processes, size, "mpiexec")
+    _check_count("process_id (PGAS_PROCESS_ID)", s.process_id, rank, "mpiexec (as this rank)")
+    if size == 1 and s.coordinator is None:
+        return None
+    coordinator = s.coordinator
+    if coordinator is None:
+        coordinator = f"{socket.gethostname()}:{_free_port()}" if rank == 0 else None
+        coordinator = comm.bcast(coordinator, root=0)
+    kwargs = dict(coordinator_address=coordinator, num_processes=size, process_id=rank,
+                  cluster_detection_method="mpi4py")  # fmt: skip
+    return _Start("mpi4py", kwargs)
+
+
+def _slurm_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
+    """Under ``srun``: JAX's own Slurm detection, checked against the declared counts."""
+    ntasks = _env_int("SLURM_NTASKS", env) or _env_int("SLURM_NPROCS", env)
+    if ntasks is not None:
+        _check_count("num_processes (PGAS_NUM_PROCESSES)", s.num_processes, ntasks,
+                     "srun (SLURM_NTASKS)")  # fmt: skip
+    procid = _env_int("SLURM_PROCID", env)
+    if procid is not None:
+        _check_count("process_id (PGAS_PROCESS_ID)", s.process_id, procid, "srun (SLURM_PROCID)")
+    if ntasks == 1 and s.coordinator is None:
+        return None
+    kwargs: dict = {"cluster_detection_method": "slurm"}
+    if s.coordinator is not None:
+        kwargs["coordinator_address"] = s.coordinator
+    return _Start("slurm", kwargs)
+
+
+def _explicit_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
+    """No launcher: a coordinator, a process count and an id must all be given."""
+    nproc, pid = s.num_processes, s.process_id
+    if s.coordinator is None and nproc in (None, 1):
+        return None
+    missing = [n for n, v in (("coordinator_address (PGAS_COORDINATOR)", s.coordinator),
+                              ("num_processes (PGAS_NUM_PROCESSES)", nproc),
+                              ("process_id (PGAS_PROCESS_ID)", pid)) if v is None]  # fmt: skip
+    if missing:
+        raise LauncherError(
+            f"no launcher detected (no mpiexec or srun variables), so pgas needs "
+            f"{', '.join(missing)}; set them, or start the job with mpiexec or srun"
+        )
+    if not 0 <= pid < nproc:
+        raise ProcessCountError(
+            f"process_id = {pid} is outside 0..{nproc - 1} for num_processes = {nproc}; "
+            f"give each process a distinct id below num_processes"
+        )
+    kwargs = dict(coordinator_address=s.coordinator, num_processes=nproc, process_id=pid,
+                  cluster_detection_method="deactivate")  # fmt: skip
+    return _Start("explicit", kwargs)
+
+
+_STARTS = {"mpi": _mpi_start, "slurm": _slurm_start, "none": _explicit_start}
 
 
 def initialize(
@@ -194,126 +329,61 @@ def initialize(
     0
     """
     global _INFO
-    if _INFO is not None:
-        if verbose:
-            describe()
-        return _INFO
-    env = os.environ
-    coordinator = coordinator_address or env.get("PGAS_COORDINATOR") or None
-    nproc = num_processes if num_processes is not None else _env_int("PGAS_NUM_PROCESSES", env)
-    pid = process_id if process_id is not None else _env_int("PGAS_PROCESS_ID", env)
-    ndev = (
-        local_device_count
-        if local_device_count is not None
-        else _env_int("PGAS_LOCAL_DEVICES", env)
+    if _INFO is None:
+        env = os.environ
+        s = _settings(coordinator_address, num_processes, process_id, local_device_count,
+                      method, timeout, env)  # fmt: skip
+        if s.local_devices is not None:
+            from pgas.mesh import use_cpu_devices
+
+            use_cpu_devices(int(s.local_devices))
+        if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if jax.distributed.is_initialized():  # started by the user or another library
+            _INFO = _make_info("external", s.coordinator)
+        elif (start := _STARTS[s.launcher](s, env)) is None:
+            _INFO = _make_info("none", None)
+        else:
+            _INFO = _run_start(start, s, env)
+    if verbose:
+        describe()
+    return _INFO
+
+
+def _failure(start: _Start, s: _Settings, env, waited: float, cause: str) -> str:
+    kwargs = start.kwargs
+    coordinator = kwargs.get("coordinator_address", "(from Slurm)")
+    return (
+        f"could not start the {start.method} job: coordinator {coordinator}, "
+        f"{kwargs.get('num_processes', 'launcher-defined')} process(es), this process "
+        f"{kwargs.get('process_id', env.get('SLURM_PROCID', '?'))}, gave up after "
+        f"{waited:.0f} s (timeout = {s.timeout} s, PGAS_INIT_TIMEOUT): {cause}. Check that "
+        f"every process was started, that the address is reachable from all of them (host "
+        f"name resolves, port open) and that num_processes matches the launch; raise "
+        f"PGAS_INIT_TIMEOUT if processes start slowly"
     )
-    if timeout is None:
-        timeout = _env_int("PGAS_INIT_TIMEOUT", env) or DEFAULT_TIMEOUT
-    launcher = (method or env.get("PGAS_LAUNCHER") or detect_launcher(env)).lower()
-    launcher = {"mpi4py": "mpi", "mpiexec": "mpi", "srun": "slurm"}.get(launcher, launcher)
-    if launcher not in _LAUNCHERS:
-        raise LauncherError(
-            f"method = {launcher!r} (argument or PGAS_LAUNCHER) is not a launcher pgas knows; "
-            f"use one of {_LAUNCHERS}"
-        )
-    if nproc is not None and nproc < 1:
-        raise ProcessCountError(f"num_processes = {nproc}: give a whole number >= 1")
 
-    if ndev is not None:
-        from pgas.mesh import use_cpu_devices
 
-        use_cpu_devices(int(ndev))
-    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-
-    from jax._src import distributed as _dist
-
-    if _dist.global_state.client is not None:  # started by the user or another library
-        _INFO = _make_info("external", _dist.global_state.coordinator_address)
-        return _finish(verbose)
-
-    kwargs: dict = {"initialization_timeout": int(timeout)}
-    if launcher == "mpi":
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-        size, rank = comm.Get_size(), comm.Get_rank()
-        _check_count("num_processes (PGAS_NUM_PROCESSES)", nproc, size, "mpiexec")
-        _check_count("process_id (PGAS_PROCESS_ID)", pid, rank, "mpiexec (as this rank)")
-        if size == 1 and coordinator is None:
-            _INFO = _make_info("none", None)
-            return _finish(verbose)
-        if coordinator is None:
-            coordinator = f"{socket.gethostname()}:{_free_port()}" if rank == 0 else None
-            coordinator = comm.bcast(coordinator, root=0)
-        kwargs.update(coordinator_address=coordinator, num_processes=size, process_id=rank,
-                      cluster_detection_method="mpi4py")  # fmt: skip
-        name = "mpi4py"
-    elif launcher == "slurm":
-        ntasks = _env_int("SLURM_NTASKS", env) or _env_int("SLURM_NPROCS", env)
-        if ntasks is not None:
-            _check_count("num_processes (PGAS_NUM_PROCESSES)", nproc, ntasks, "srun (SLURM_NTASKS)")
-        procid = _env_int("SLURM_PROCID", env)
-        if procid is not None:
-            _check_count("process_id (PGAS_PROCESS_ID)", pid, procid, "srun (SLURM_PROCID)")
-        if ntasks == 1 and coordinator is None:
-            _INFO = _make_info("none", None)
-            return _finish(verbose)
-        if coordinator is not None:
-            kwargs["coordinator_address"] = coordinator
-        # Slurm binds GPUs per task through CUDA_VISIBLE_DEVICES: then every
-        # visible device belongs to this task (JAX would pick [SLURM_LOCALID]).
-        visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES")
-        if visible:
-            kwargs["local_device_ids"] = list(range(len(visible.split(","))))
-        kwargs["cluster_detection_method"] = "slurm"
-        coordinator = coordinator or "(from Slurm)"
-        name = "slurm"
-    else:
-        if coordinator is None and nproc in (None, 1):
-            _INFO = _make_info("none", None)
-            return _finish(verbose)
-        missing = [n for n, v in (("coordinator_address (PGAS_COORDINATOR)", coordinator),
-                                  ("num_processes (PGAS_NUM_PROCESSES)", nproc),
-                                  ("process_id (PGAS_PROCESS_ID)", pid)) if v is None]  # fmt: skip
-        if missing:
-            raise LauncherError(
-                f"no launcher detected (no mpiexec or srun variables), so pgas needs "
-                f"{', '.join(missing)}; set them, or start the job with mpiexec or srun"
-            )
-        if not 0 <= pid < nproc:
-            raise ProcessCountError(
-                f"process_id = {pid} is outside 0..{nproc - 1} for num_processes = {nproc}; "
-                f"give each process a distinct id below num_processes"
-            )
-        kwargs.update(coordinator_address=coordinator, num_processes=nproc, process_id=pid,
-                      cluster_detection_method="deactivate")  # fmt: skip
-        name = "explicit"
-
-    def failure(waited: float, cause: str) -> str:
-        return (
-            f"could not start the {name} job: coordinator {coordinator}, "
-            f"{kwargs.get('num_processes', 'launcher-defined')} process(es), this process "
-            f"{kwargs.get('process_id', env.get('SLURM_PROCID', '?'))}, gave up after "
-            f"{waited:.0f} s (timeout = {timeout} s, PGAS_INIT_TIMEOUT): {cause}. Check that "
-            f"every process was started, that the address is reachable from all of them (host "
-            f"name resolves, port open) and that num_processes matches the launch; raise "
-            f"PGAS_INIT_TIMEOUT if processes start slowly"
-        )
-
-    start = time.monotonic()
-    if name == "explicit" and pid != 0:
-        cause = _probe(coordinator, timeout)
+def _run_start(start: _Start, s: _Settings, env: Mapping[str, str]) -> Info:
+    """Call ``jax.distributed.initialize`` under a watchdog; check the process count."""
+    kwargs = dict(start.kwargs)
+    ids = local_device_ids(env)
+    if ids is not None:
+        kwargs["local_device_ids"] = ids
+    begin = time.monotonic()
+    if start.method == "explicit" and kwargs["process_id"] != 0:
+        cause = _probe(kwargs["coordinator_address"], s.timeout)
         if cause:
-            raise CoordinatorError(failure(time.monotonic() - start, cause))
+            raise CoordinatorError(_failure(start, s, env, time.monotonic() - begin, cause))
     # JAX's C++ client aborts the process (no Python exception) when the
     # coordination service times out; a watchdog says why first, then exits.
-    kwargs["initialization_timeout"] = int(timeout) + _GRACE
+    kwargs["initialization_timeout"] = s.timeout + _GRACE
     done = threading.Event()
 
     def watchdog() -> None:
-        if not done.wait(timeout):
-            msg = failure(time.monotonic() - start, "not every process connected in time")
+        if not done.wait(s.timeout):
+            cause = "not every process connected in time"
+            msg = _failure(start, s, env, time.monotonic() - begin, cause)
             print(f"pgas.distributed: CoordinatorError: {msg}", file=sys.stderr, flush=True)
             os._exit(WATCHDOG_EXIT_CODE)
 
@@ -322,19 +392,18 @@ def initialize(
         jax.distributed.initialize(**kwargs)
     except Exception as err:  # XlaRuntimeError (DEADLINE_EXCEEDED, UNAVAILABLE), ValueError
         text = str(err).splitlines()[0] if str(err) else ""
-        raise CoordinatorError(
-            failure(time.monotonic() - start, f"{type(err).__name__}: {text}")
-        ) from err
+        cause = f"{type(err).__name__}: {text}"
+        raise CoordinatorError(_failure(start, s, env, time.monotonic() - begin, cause)) from err
     finally:
         done.set()
-    _INFO = _make_info(name, kwargs.get("coordinator_address") or _coordinator())
+    info = _make_info(start.method, kwargs.get("coordinator_address", "(from Slurm)"))
     expected = kwargs.get("num_processes")
-    if expected is not None and _INFO.process_count != expected:
+    if expected is not None and info.process_count != expected:
         raise ProcessCountError(
-            f"num_processes = {expected}, but JAX reports {_INFO.process_count} processes; "
+            f"num_processes = {expected}, but JAX reports {info.process_count} processes; "
             f"check the launcher's process count"
         )
-    return _finish(verbose)
+    return info
 
 
 def _probe(address: str, timeout: float) -> str | None:
@@ -358,12 +427,6 @@ def _probe(address: str, timeout: float) -> str | None:
     return f"cannot connect to {address} ({last})"
 
 
-def _coordinator() -> str | None:
-    from jax._src import distributed as _dist
-
-    return _dist.global_state.coordinator_address
-
-
 def _make_info(method: str, coordinator: str | None) -> Info:
     return Info(
         process_id=jax.process_index(),
@@ -374,13 +437,6 @@ def _make_info(method: str, coordinator: str | None) -> Info:
         coordinator=coordinator,
         platform=jax.devices()[0].platform,
     )
-
-
-def _finish(verbose: bool) -> Info:
-    if verbose:
-        describe()
-    assert _INFO is not None
-    return _INFO
 
 
 def describe(print_it: bool = True) -> str:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
-from jax._src import xla_bridge
 from jax.sharding import AxisType, Mesh
 
 from pgas.decomposition import dims_create
@@ -36,19 +35,20 @@ def use_cpu_devices(count: int) -> None:
 
     >>> use_cpu_devices(len(jax.devices("cpu")))  # no-op once started with that count
     """
-    if not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise DeviceCountError(f"count = {count!r}: ask for a whole number of devices >= 1")
-    if xla_bridge.backends_are_initialized():
+    try:
+        # Public API only: JAX raises RuntimeError once its backend runs with
+        # another count, and does nothing for the same count.
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
         have = len(jax.devices("cpu"))
-        if have != count:
-            raise DeviceCountError(
-                f"use_cpu_devices({count}): JAX has already started with {have} CPU "
-                f"device(s) and cannot change; call pgas.use_cpu_devices before any "
-                f"JAX array is made, or set XLA_FLAGS=--xla_force_host_platform_device_count="
-                f"{count} in the environment"
-            )
-        return
-    jax.config.update("jax_num_cpu_devices", count)
+        raise DeviceCountError(
+            f"use_cpu_devices({count}): JAX has already started with {have} CPU "
+            f"device(s) and cannot change; call pgas.use_cpu_devices before any "
+            f"JAX array is made, or set XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{count} in the environment"
+        ) from None
 
 
 def make_mesh(
@@ -61,6 +61,7 @@ def make_mesh(
     Args:
         axis_names: one name per mesh axis (1 to 3 axes), e.g. ``("y", "x")``.
         shape: devices per axis; by default ``dims_create(count, len(axis_names))``.
+            One entry may be ``-1``: that axis takes the devices the others leave.
         devices: ``None`` for all devices (of every process), an ``int`` for the
             first that many, or an explicit list.
 
@@ -74,6 +75,8 @@ def make_mesh(
     >>> mesh = make_mesh(("x",), devices=1)
     >>> dict(mesh.shape)
     {'x': 1}
+    >>> dict(make_mesh(("x", "y"), shape=(-1, 1), devices=1).shape)
+    {'x': 1, 'y': 1}
     """
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     if not 1 <= len(names) <= 3 or len(set(names)) != len(names):
@@ -97,11 +100,7 @@ def make_mesh(
         devs = list(devices)
     if shape is None:
         shape = dims_create(len(devs), len(names))
-    shape = tuple(int(s) for s in shape)
-    if len(shape) != len(names):
-        raise MeshError(
-            f"shape = {shape} has {len(shape)} entries for axes {names}; give one size per axis"
-        )
+    shape = _infer_shape(tuple(int(s) for s in shape), names, len(devs))
     if math.prod(shape) != len(devs):
         raise MeshError(
             f"shape = {shape} holds {math.prod(shape)} devices but {len(devs)} are used; "
@@ -109,3 +108,27 @@ def make_mesh(
         )
     grid = np.array(devs, dtype=object).reshape(shape)
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def _infer_shape(shape: tuple[int, ...], names: tuple[str, ...], count: int) -> tuple[int, ...]:
+    """Check a mesh shape's length and sizes; replace one ``-1`` by what is left of ``count``."""
+    if len(shape) != len(names):
+        raise MeshError(
+            f"shape = {shape} has {len(shape)} entries for axes {names}; give one size per axis"
+        )
+    if shape.count(-1) > 1 or any(s < 1 and s != -1 for s in shape):
+        example = (-1,) + (1,) * (len(shape) - 1)
+        raise MeshError(
+            f"shape = {shape}: give sizes >= 1, with at most one -1 (the axis that takes the "
+            f"devices the others leave), e.g. {example}"
+        )
+    if -1 not in shape:
+        return shape
+    known = math.prod(s for s in shape if s != -1)
+    if count % known:
+        raise MeshError(
+            f"shape = {shape}: the other axes hold {known} devices, which does not divide the "
+            f"{count} devices used; pick sizes whose product divides {count}, or pass "
+            f"devices={known * max(count // known, 1)}"
+        )
+    return tuple(count // known if s == -1 else s for s in shape)

@@ -72,7 +72,7 @@ def test_crash_before_commit_keeps_previous_checkpoint(tmp_path, monkeypatch):
     def crash(*args, **kwargs):  # killed after the manifest, before the rename
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(checkpoint, "_commit", crash)
+    monkeypatch.setattr(checkpoint.writer, "_commit", crash)  # the last phase of save
     with pytest.raises(checkpoint.CheckpointError, match="simulated crash"):
         checkpoint.save(tmp_path, new, step=20, meta=META)
     assert (tmp_path / ".tmp-step-000000020" / "manifest.json").exists()  # debris, complete

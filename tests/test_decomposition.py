@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pgas
 from pgas import BlockAxis, DeviceCountError, dims_create
+from pgas.decomposition import halo_widths
 
 
 @pytest.mark.parametrize(
@@ -40,3 +42,23 @@ def test_block_axis_covers_every_cell_once(size, parts):
     )
     p = ax.physical_index()
     assert len(np.unique(p)) == size and p.max() < ax.padded
+
+
+@pytest.mark.parametrize("size,parts", [(10, 4), (4, 3), (7, 7), (9, 1), (1001, 8)])
+def test_global_index_inverts_physical_index(size, parts):
+    ax = BlockAxis(size, parts)
+    g, valid = ax.global_index(np.arange(ax.padded))
+    assert valid.sum() == size
+    np.testing.assert_array_equal(g[valid], np.arange(size))
+    np.testing.assert_array_equal(np.flatnonzero(valid), ax.physical_index())
+
+
+def test_halo_widths():
+    assert halo_widths(2, 3) == (2, 2, 2)
+    assert halo_widths([1, 0], 2) == (1, 0)
+    assert halo_widths(np.int64(1), 1) == (1,)
+    for bad in (-1, (1,), (1, 2, 3), (1, -1), 1.5, "1", True, None):
+        with pytest.raises(pgas.HaloError, match=r"halo = .* for a 2-D array: give one whole"):
+            halo_widths(bad, 2)
+    with pytest.raises(pgas.HaloError, match=r"width = -1 for a 1-D array"):
+        halo_widths(-1, 1, name="width")

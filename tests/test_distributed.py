@@ -149,3 +149,76 @@ def test_explicit_setup_incomplete_is_named(fresh):
     with pytest.raises(distributed.ProcessCountError, match="process_id = 5"):
         distributed.initialize(method="none", coordinator_address="h:1", num_processes=2,
                                process_id=5)  # fmt: skip
+
+
+SLURM = {"SLURM_JOB_ID": "9", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "5"}
+
+
+@pytest.mark.parametrize(
+    "env, ids",
+    [
+        ({}, None),  # nothing declared: JAX decides
+        (dict(SLURM, SLURM_LOCALID="1", SLURM_NTASKS_PER_NODE="4"), None),
+        # --gpus-per-node=4, 4 tasks per node, no binding: one GPU per task
+        (
+            dict(
+                SLURM, SLURM_LOCALID="1", SLURM_NTASKS_PER_NODE="4", CUDA_VISIBLE_DEVICES="0,1,2,3"
+            ),
+            [1],
+        ),  # fmt: skip
+        (
+            dict(
+                SLURM,
+                SLURM_LOCALID="3",
+                SLURM_NTASKS_PER_NODE="4(x2)",
+                CUDA_VISIBLE_DEVICES="0,1,2,3",
+            ),
+            [3],
+        ),  # fmt: skip
+        # Slurm bound one GPU per task (--gpus-per-task=1): the one visible is ours
+        (dict(SLURM, SLURM_LOCALID="2", SLURM_NTASKS_PER_NODE="4", CUDA_VISIBLE_DEVICES="2"), [0]),
+        (
+            dict(SLURM, SLURM_LOCALID="1", SLURM_NTASKS_PER_NODE="4", CUDA_VISIBLE_DEVICES="4,5"),
+            [0, 1],
+        ),  # fmt: skip
+        # 8 GPUs shared by 4 processes of mpiexec (MPICH's hydra): two each
+        (
+            {
+                "PMI_RANK": "6",
+                "PMI_SIZE": "8",
+                "MPI_LOCALRANKID": "2",
+                "MPI_LOCALNRANKS": "4",
+                "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+            },
+            [4, 5],
+        ),  # fmt: skip
+        (
+            {
+                "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                "ROCR_VISIBLE_DEVICES": "0,1",
+            },
+            [1],
+        ),  # fmt: skip
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, [0, 1]),  # one process alone: all of them
+        ({"PGAS_LOCAL_DEVICE_IDS": "3,1", "CUDA_VISIBLE_DEVICES": "0"}, [3, 1]),  # override
+    ],
+)
+def test_local_device_ids(env, ids):
+    assert distributed.local_device_ids(env) == ids
+
+
+def test_local_device_ids_bad_override():
+    with pytest.raises(distributed.LauncherError, match="PGAS_LOCAL_DEVICE_IDS = 'a,b'"):
+        distributed.local_device_ids({"PGAS_LOCAL_DEVICE_IDS": "a,b"})
+
+
+def test_no_private_jax_in_house_modules():
+    import pgas
+
+    root = __import__("pathlib").Path(pgas.__file__).parent
+    files = [root / "distributed.py", root / "mesh.py", root / "launcher.py"]
+    files += sorted((root / "checkpoint").glob("*.py")) + sorted((root / "mpi").glob("*.py"))
+    for path in files:
+        assert "jax._src" not in path.read_text(), path

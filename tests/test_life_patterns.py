@@ -407,3 +407,42 @@ def test_not_2d():
         P.life_step_numpy(np.zeros(5))
     with pytest.raises(P.PatternError, match="2-D"):
         P.to_rle(np.zeros((2, 2, 2)))
+
+
+HUGE = "x = 100000000, y = 100000000, rule = B3/S23\nbo$2bo$3o!\n"
+
+
+def test_huge_header_is_refused_before_allocating():
+    with pytest.raises(P.RLEError, match=r"x = 100000000, y = 100000000 asks for") as info:
+        P.parse_rle(HUGE, source="huge.rle")
+    assert "huge.rle, line 1" in str(info.value) and "MAX_PATTERN_CELLS" in str(info.value)
+    wide = f"x = {P.MAX_PATTERN_CELLS + 1}, y = 1\no!\n"
+    with pytest.raises(P.RLEError, match="more than the"):
+        P.parse_rle(wide)
+    assert P.parse_rle(f"x = {P.MAX_PATTERN_CELLS // 4096}, y = 1\no!\n").shape[1] == 65536
+
+
+def test_header_checked_against_the_board(tmp_path):
+    path = tmp_path / "big.rle"
+    path.write_text("x = 40, y = 3\no!\n")
+    with pytest.raises(P.PlacementError, match=r"x = 40, y = 3 does not fit the 32x32 board"):
+        P.load_pattern(str(path), board=(32, 32))
+    assert P.load_pattern(str(path), board=(3, 40)).shape == (3, 40)
+    with pytest.raises(P.PlacementError, match="at least 32x36"):
+        P.load_pattern("gosper", board=(32, 32))
+
+
+def test_life_example_exits_2_on_a_huge_header(tmp_path):
+    import subprocess
+
+    path = tmp_path / "huge.rle"
+    path.write_text(HUGE)
+    script = Path(__file__).resolve().parents[1] / "examples" / "life" / "life.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--devices", "1", "--size", "64x64", "--steps", "1",
+         "--pattern", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "x = 100000000, y = 100000000 asks for" in r.stderr
+    assert "Traceback" not in r.stderr

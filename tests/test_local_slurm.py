@@ -96,3 +96,60 @@ def test_jax_job_spans_two_nodes(cluster, tmp_path):
     data = np.arange(1024, dtype=np.float32) * 0.25
     result = float((tmp_path / "result.txt").read_text())
     assert result == float(np.sum(data)), (result, output)
+
+
+def _daemons_of(conf: str) -> dict[int, str]:
+    """{pid: comm} of the Slurm/munge daemons whose environment names `conf`."""
+    from pathlib import Path
+
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            comm = (entry / "comm").read_text().strip()
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if comm.startswith(("slurm", "munge")) and f"SLURM_CONF={conf}".encode() in env:
+            found[int(entry.name)] = comm
+    return found
+
+
+@pytest.mark.slow
+def test_stop_returns_when_the_daemons_are_gone(tmp_path):
+    """A cluster of its own (state dir, ports) with a running job; after `stop` returns,
+    no daemon is left in the process table, not even as a zombie."""
+    import os
+    import subprocess
+
+    reason = slurm_cluster.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    state = Path(tempfile.mkdtemp(prefix="pgas-slurm-stop-", dir="/tmp"))  # munged reads it
+    state.chmod(0o755)
+    env = dict(os.environ, PGAS_SLURM_DIR=str(state), PGAS_SLURM_PORT=str(7300 + os.getpid() % 400))
+    run = lambda *a: subprocess.run([str(slurm_cluster.SCRIPT), *a], env=env, capture_output=True,
+                                    text=True, timeout=120)  # fmt: skip
+    started = run("start", "--nodes", "1")
+    assert started.returncode == 0, started.stderr
+    conf = str(state / "etc" / "slurm.conf")
+    try:
+        job = tmp_path / "job.sh"
+        job.write_text("#!/bin/bash\nsrun sleep 60\n")
+        jid = slurm_cluster.submit(job, dict(slurm_cluster.cluster_env(env), SLURM_CONF=conf),
+                                   cwd=tmp_path, args=("-o", str(tmp_path / "out")))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "slurmstepd" not in _daemons_of(conf).values() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = _daemons_of(conf)
+        assert {"slurmctld", "slurmd", "slurmstepd"} <= set(before.values()), (jid, before)
+    finally:
+        stopped = run("stop")
+    shutil.rmtree(state, ignore_errors=True)
+    assert stopped.returncode == 0, stopped.stderr
+    left = [pid for pid in before if os.path.exists(f"/proc/{pid}")]
+    assert left == [], (left, stopped.stderr)
+    assert "daemon process(es) are gone" in stopped.stderr

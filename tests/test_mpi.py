@@ -30,7 +30,8 @@ import stencil_cases as sc  # noqa: E402
 if not MPIEXEC.exists():
     pytest.skip(f"no mpiexec next to {sys.executable}; pip install mpich", allow_module_level=True)
 
-RANKS = (1, 2, 4)
+RANKS = (1, 2, 3, 4)
+KS = (1, "auto", 3)  # steps per exchange every run case is run with
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -158,6 +159,23 @@ def cases_for(p: int) -> list[dict]:
             region=[[1, None], [None, -2]],
         ),
     ]
+    cases.append(
+        dict(
+            name="heat_snapshots_chunks",
+            kernel="heat",
+            shape=[101],
+            dtype="float64",
+            steps=60,
+            halo=1,
+            boundary=[["neumann", {"dirichlet": 0.5}]],
+            snapshot_every=10,
+            chunk=20,
+        )
+    )
+    cases = [dict(c, ks=list(KS)) for c in cases]
+    for c in cases:
+        if c["name"] == "wide_keep":
+            c["ks"] = [*KS, 1000]  # lowered to fit the smallest block
     if p > 1:
         for dims in ([1, p], [p, 1]):
             cases.append(dict(cases[5], name=f"life_torus_dims_{dims[0]}x{dims[1]}", dims=dims))
@@ -185,7 +203,7 @@ def launch(p: int) -> tuple[dict, dict]:
             fields = {k: z[k] for k in z.files}
         with open(os.path.join(out, "meta.json")) as f:
             meta = json.load(f)
-    assert meta["size"] == p
+    assert meta["size"] == meta["world"] == p  # check_world(p) passes under a matching mpiexec
     return fields, meta["cases"]
 
 
@@ -264,8 +282,40 @@ def life_roll(u: np.ndarray, steps: int) -> np.ndarray:
     return u
 
 
-def expected_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
-    """Messages and bytes each rank sends per step under the two-phase scheme."""
+def group_sizes(case: dict, k: int) -> list[int]:
+    """Steps per exchange of each exchange: groups of k, cut at snapshot/chunk steps."""
+    stops = sorted(
+        {case["steps"]}
+        | {
+            s
+            for n in (case.get("snapshot_every"), case.get("chunk"))
+            if n
+            for s in range(n, case["steps"], n)
+        }
+    )
+    sizes, done = [], 0
+    for stop in stops if case["steps"] else []:
+        while done < stop:
+            sizes.append(min(k, stop - done))
+            done += sizes[-1]
+    return sizes
+
+
+def expected_counts(case: dict, dims: list[int], k: int = 1) -> tuple[list, list]:
+    """Messages and bytes each rank sends per physical step, k steps per exchange."""
+    msgs, nbytes = [0.0] * math.prod(dims), [0.0] * math.prod(dims)
+    nd = len(case["shape"])
+    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    for g in group_sizes(case, k):
+        m, b = exchange_counts(dict(case, halo=[g * h for h in halo]), dims)
+        msgs = [x + y for x, y in zip(msgs, m)]
+        nbytes = [x + y for x, y in zip(nbytes, b)]
+    per = max(case["steps"], 1)
+    return [m / per for m in msgs], [b / per for b in nbytes]
+
+
+def exchange_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
+    """Messages and bytes each rank sends in one exchange under the two-phase scheme."""
     shape = case["shape"]
     nd = len(shape)
     halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
@@ -276,7 +326,7 @@ def expected_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
         n = [s // d + (c < s % d) for s, d, c in zip(shape, dims, coords)]
         m = b = 0
         for a in range(nd):
-            if halo[a] == 0 or dims[a] == 1 or case["steps"] == 0:
+            if halo[a] == 0 or dims[a] == 1:
                 continue
             cross = math.prod(n[k] + 2 * halo[k] if k < a else n[k] for k in range(nd) if k != a)
             for exists in (periodic[a] or coords[a] > 0, periodic[a] or coords[a] < dims[a] - 1):
@@ -289,37 +339,85 @@ def expected_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
 
 # -------------------------------------------------------------------- tests
 
-RUN_CASES = [(p, c) for p in RANKS for c in cases_for(p) if c.get("kind", "run") == "run"]
+RUN_CASES = [
+    (p, c, k) for p in RANKS for c in cases_for(p) if c.get("kind", "run") == "run" for k in c["ks"]
+]
 
 
-@pytest.mark.parametrize("p,case", RUN_CASES, ids=[f"n{p}-{c['name']}" for p, c in RUN_CASES])
-def test_bitwise_equal_to_numpy(p, case):
+def chosen_k(case: dict, k, dims: list[int]) -> int:
+    """The k pgas.plan picks for this case (independent of the run)."""
+    from pgas.plan import choose_steps_per_exchange
+
+    nd = len(case["shape"])
+    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    blocks = [n // d for n, d in zip(case["shape"], dims)]
+    return choose_steps_per_exchange(k, blocks, halo, np.dtype(case["dtype"]).itemsize)
+
+
+@pytest.mark.parametrize(
+    "p,case,k", RUN_CASES, ids=[f"n{p}-{c['name']}-k{k}" for p, c, k in RUN_CASES]
+)
+def test_bitwise_equal_to_numpy(p, case, k):
     fields, meta = launch(p)
-    got = fields[case["name"]]
+    got = fields[f"{case['name']}@{k}"]
     want = reference(case)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     assert got.tobytes() == want.tobytes()
+    assert got.tobytes() == fields[f"{case['name']}@1"].tobytes()  # deep halos: same bits
     if case["kernel"] == "heat" and case["boundary"] == "keep":
         assert got.tobytes() == heat_seed(reference(dict(case, steps=0)), case["steps"]).tobytes()
     if case["kernel"] == "life":
         assert got.tobytes() == life_roll(reference(dict(case, steps=0)), case["steps"]).tobytes()
-    info = meta[case["name"]]
+    info = meta[f"{case['name']}@{k}"]
     if case.get("dims"):
         assert info["dims"] == case["dims"]
-    msgs, nbytes = expected_counts(case, info["dims"])
-    assert info["rank_messages_per_step"] == msgs
-    assert info["rank_bytes_per_step"] == nbytes
-    assert info["messages_per_step"] == sum(msgs) and info["bytes_per_step"] == sum(nbytes)
+    choice = chosen_k(case, k, info["dims"])
+    assert info["steps_per_exchange"] == choice.steps_per_exchange
+    assert info["note"] == choice.note
+    msgs, nbytes = expected_counts(case, info["dims"], choice.steps_per_exchange)
+    assert info["rank_messages_per_step"] == pytest.approx(msgs, rel=1e-12)
+    assert info["rank_bytes_per_step"] == pytest.approx(nbytes, rel=1e-12)
+    assert info["messages_per_step"] == pytest.approx(sum(msgs), rel=1e-12)
+    assert info["bytes_per_step"] == pytest.approx(sum(nbytes), rel=1e-12)
+
+
+@pytest.mark.parametrize("p", RANKS)
+def test_snapshots_and_callbacks_at_any_k(p):
+    fields, meta = launch(p)
+    case = next(c for c in cases_for(p) if c["name"] == "heat_snapshots_chunks")
+    for k in case["ks"]:
+        info = meta[f"heat_snapshots_chunks@{k}"]
+        assert info["snapshot_steps"] == [0, 10, 20, 30, 40, 50, 60]
+        snaps = fields[f"heat_snapshots_chunks@{k}/snapshots"]
+        for s, snap in zip(info["snapshot_steps"], snaps):
+            assert snap.tobytes() == reference(dict(case, steps=s)).tobytes(), (k, s)
+        assert [c[0] for c in info["callbacks"]] == [20, 40, 60]
+        assert info["callbacks"] == meta["heat_snapshots_chunks@1"]["callbacks"]
+
+
+def test_deep_halo_messages_fall_by_k():
+    """Hard-coded: 4 ranks, heat on 1001 cells, 60 steps: 6 messages per exchange."""
+    meta = launch(4)[1]
+    assert meta["heat_f32_keep@1"]["messages_per_step"] == 6
+    assert meta["heat_f32_keep@3"]["messages_per_step"] == 6 / 3  # 20 exchanges
+    assert meta["heat_f32_keep@3"]["bytes_per_step"] == 24.0  # 3 cells wide, every 3 steps
+    # auto: k = 8 (250-cell blocks), 7 exchanges of 8 cells and one of 4 in 60 steps
+    assert meta["heat_f32_keep@auto"]["steps_per_exchange"] == 8
+    assert meta["heat_f32_keep@auto"]["messages_per_step"] == 6 * 8 / 60
+    assert meta["heat_f32_keep@auto"]["bytes_per_step"] == 6 * 4 * (7 * 8 + 4) / 60
+    lowered = meta["wide_keep@1000"]  # 203 cells over 4 ranks: 50-cell blocks, halo 2
+    assert lowered["steps_per_exchange"] == 25
+    assert "lowered from 1000 to 25" in lowered["note"]
 
 
 def test_counts_by_hand():
     """Hard-coded figures, independent of expected_counts()."""
-    heat4 = launch(4)[1]["heat_f32_keep"]
+    heat4 = launch(4)[1]["heat_f32_keep@1"]
     assert heat4["messages_per_step"] == 6 and heat4["bytes_per_step"] == 24
     assert heat4["rank_messages_per_step"] == [1, 2, 2, 1]
     assert heat4["rank_bytes_per_step"] == [4, 8, 8, 4]
-    life4 = launch(4)[1]["life_torus"]  # dims (2, 2), blocks (19, 18) x (27, 26), uint8
+    life4 = launch(4)[1]["life_torus@1"]  # dims (2, 2), blocks (19, 18) x (27, 26), uint8
     assert life4["dims"] == [2, 2]
     assert life4["rank_messages_per_step"] == [4, 4, 4, 4]
     assert life4["rank_bytes_per_step"] == [
@@ -328,7 +426,7 @@ def test_counts_by_hand():
         2 * 27 + 2 * 20,
         2 * 26 + 2 * 20,
     ]
-    life2 = launch(2)[1]["life_torus_dims_1x2"]  # axis 0 copied locally; 2 ranks, both sides
+    life2 = launch(2)[1]["life_torus_dims_1x2@1"]  # axis 0 copied locally; 2 ranks, both sides
     assert life2["rank_messages_per_step"] == [2, 2]
     assert life2["rank_bytes_per_step"] == [2 * 39, 2 * 39]
     for name, info in launch(1)[1].items():
@@ -423,6 +521,26 @@ def test_require_launcher():
     proc = _python(code, OMPI_COMM_WORLD_SIZE="4")  # another MPI library's mpiexec
     assert proc.returncode != 0
     assert "another MPI library" in proc.stderr and str(MPIEXEC) in proc.stderr
+
+
+@pytest.mark.parametrize("var", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
+def test_mismatched_mpi_library_is_named(var):
+    """A launcher that announced 4 ranks, but mpi4py's library sees a 1-rank world."""
+    code = (
+        "from pgas import mpi\n"
+        "heat = lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])\n"
+        "mpi.run(heat, lambda x: x * 1.0, (16,), 'float64', 2, 1, mpi_boundary)\n"
+    ).replace("mpi_boundary", "__import__('pgas').Keep()")
+    proc = _python(code, **{var: "4", "PMI_RANK": "0"})
+    assert proc.returncode != 0
+    assert "DeviceCountError" in proc.stderr
+    assert f"launcher started 4 ({var}=4)" in proc.stderr
+    assert "COMM_WORLD has 1 rank(s)" in proc.stderr
+    assert "python -m mpi4py --mpi-library" in proc.stderr and str(MPIEXEC) in proc.stderr
+    proc = _python("from pgas import mpi; print(mpi.check_world())")  # no launcher: fine
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    proc = _python("from pgas import mpi; mpi.check_world(expected=3)")
+    assert "expected_ranks = 3" in proc.stderr and "without an MPI launcher" in proc.stderr
 
 
 def test_import_error_without_mpi4py():

@@ -221,12 +221,39 @@ def _parse_header(line: str, where: str) -> tuple[int, int]:
     return size["y"], size["x"]
 
 
-def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
+MAX_PATTERN_CELLS = 2**28
+"""The largest pattern (``x * y`` cells, one byte each) :func:`parse_rle` allocates."""
+
+
+def _check_size(height: int, width: int, board: tuple[int, int] | None, where: str) -> None:
+    """Refuse a header too large for the board or for memory, before anything is allocated."""
+    if board is not None and (height > board[0] or width > board[1]):
+        raise PlacementError(
+            f"{where}: the header's pattern x = {width}, y = {height} does not fit the "
+            f"{board[0]}x{board[1]} board; use a board of at least "
+            f"{max(board[0], height)}x{max(board[1], width)} (--size), or a smaller pattern"
+        )
+    if height * width > MAX_PATTERN_CELLS:
+        raise RLEError(
+            f"{where}: the header's x = {width}, y = {height} asks for {height * width:,} "
+            f"cells, more than the {MAX_PATTERN_CELLS:,} a pattern may have "
+            f"(MAX_PATTERN_CELLS); fix x and y in the header (they give the pattern's bounding "
+            f"box in cells)"
+        )
+
+
+def parse_rle(
+    text: str, *, source: str = "<string>", board: tuple[int, int] | None = None
+) -> np.ndarray:
     """Parse a pattern in RLE format.
+
+    The header is checked before anything is allocated: against ``board``
+    when given, and against :data:`MAX_PATTERN_CELLS`.
 
     Args:
         text: the RLE text (comments, header, body).
         source: a name for the text used in error messages (e.g. the file path).
+        board: ``(rows, cols)`` of the board the pattern must fit, if known.
 
     Returns:
         A ``uint8`` array of shape ``(y, x)`` from the header; cells the body
@@ -237,6 +264,7 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
             ``x``, more rows than ``y``, a zero count, or no closing ``!``; the
             message gives the line number.
         UnsupportedRuleError: a rule other than B3/S23.
+        PlacementError: a header larger than ``board``.
 
     >>> parse_rle("#N Glider\\nx = 3, y = 3, rule = B3/S23\\nbob$2bo$3o!")
     array([[0, 1, 0],
@@ -244,7 +272,15 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
            [1, 1, 1]], dtype=uint8)
     """
     lines = text.splitlines()
-    header_index = None
+    header_index = _find_header(lines, source)
+    where = f"{source}, line {header_index + 1}"
+    height, width = _parse_header(lines[header_index], where)
+    _check_size(height, width, board, where)
+    return _parse_body(lines, header_index + 1, np.zeros((height, width), np.uint8), source)
+
+
+def _find_header(lines: list[str], source: str) -> int:
+    """Index of the header line (the first that is neither blank nor a ``#`` comment)."""
     for index, line in enumerate(lines):
         stripped = line.strip()
         if not stripped:
@@ -253,19 +289,19 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
             if stripped[:2] == "#r" and stripped[2:].strip():
                 _check_rule(stripped[2:], f"{source}, line {index + 1}")
             continue
-        header_index = index
-        break
-    if header_index is None:
-        raise RLEError(
-            f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
-            f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
-        )
-    height, width = _parse_header(lines[header_index], f"{source}, line {header_index + 1}")
-    board = np.zeros((height, width), dtype=np.uint8)
+        return index
+    raise RLEError(
+        f"{source}, line {max(len(lines), 1)}: no header line found: an RLE pattern "
+        f"starts (after '#' comment lines) with 'x = W, y = H, rule = B3/S23'; add the header"
+    )
 
+
+def _parse_body(lines: list[str], start: int, board: np.ndarray, source: str) -> np.ndarray:
+    """Fill ``board`` from the runs of ``lines[start:]``, up to the closing ``!``."""
+    height, width = board.shape
     row = col = 0
     digits = ""
-    for index in range(header_index + 1, len(lines)):
+    for index in range(start, len(lines)):
         line = lines[index]
         where = f"{source}, line {index + 1}"
         if line.lstrip().startswith("#"):
@@ -289,21 +325,7 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
                 row += count
                 col = 0
                 continue
-            if not (char.isalpha() or char == "."):
-                raise RLEError(
-                    f"{where}: unexpected character {char!r}; the body may contain only "
-                    f"counts, 'b' (dead), 'o' (alive), '$' (end of row) and '!' (end)"
-                )
-            if row >= height:
-                raise RLEError(
-                    f"{where}: the body has more rows than the header's y = {height}; "
-                    f"fix y in the header or remove the extra rows"
-                )
-            if col + count > width:
-                raise RLEError(
-                    f"{where}: row {row} is longer than the header's x = {width} "
-                    f"(it reaches {col + count} cells); fix x in the header or the row"
-                )
+            _check_run(char, row, col + count, height, width, where)
             if char not in "b.":
                 board[row, col : col + count] = 1
             col += count
@@ -311,6 +333,24 @@ def parse_rle(text: str, *, source: str = "<string>") -> np.ndarray:
         f"{source}, line {len(lines)}: the pattern has no closing '!' (the file may be "
         f"truncated); end the body with '!'"
     )
+
+
+def _check_run(char: str, row: int, end: int, height: int, width: int, where: str) -> None:
+    if not (char.isalpha() or char == "."):
+        raise RLEError(
+            f"{where}: unexpected character {char!r}; the body may contain only "
+            f"counts, 'b' (dead), 'o' (alive), '$' (end of row) and '!' (end)"
+        )
+    if row >= height:
+        raise RLEError(
+            f"{where}: the body has more rows than the header's y = {height}; "
+            f"fix y in the header or remove the extra rows"
+        )
+    if end > width:
+        raise RLEError(
+            f"{where}: row {row} is longer than the header's x = {width} "
+            f"(it reaches {end} cells); fix x in the header or the row"
+        )
 
 
 def _wrap(tokens: Iterable[str], width: int = 70) -> list[str]:
@@ -385,7 +425,9 @@ def _canonical(name: str) -> str:
     return _ALIASES.get(key, key)
 
 
-def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
+def load_pattern(
+    name_or_path: str | os.PathLike[str], board: tuple[int, int] | None = None
+) -> np.ndarray:
     """Load a built-in pattern by name, or an RLE file from disk.
 
     A value ending in ``.rle`` (any case), or naming an existing file, is
@@ -395,6 +437,8 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
 
     Args:
         name_or_path: a built-in name (see :func:`builtin_names`) or a path.
+        board: ``(rows, cols)`` of the board it must fit (checked before
+            allocating, see :func:`parse_rle`).
 
     Returns:
         The pattern as a ``uint8`` array ``(y, x)``.
@@ -416,14 +460,16 @@ def load_pattern(name_or_path: str | os.PathLike[str]) -> np.ndarray:
                 f"pattern file {text!r} does not exist; give the path of an existing .rle "
                 f"file, or a built-in name: {', '.join(builtin_names())}"
             )
-        return parse_rle(path.read_text(encoding="utf-8", errors="replace"), source=text)
+        return parse_rle(
+            path.read_text(encoding="utf-8", errors="replace"), source=text, board=board
+        )
     key = _canonical(text)
     if key not in BUILTIN_PATTERNS:
         raise UnknownPatternError(
             f"unknown pattern {text!r}; built-in patterns are: {', '.join(builtin_names())} "
             f"(aliases: {', '.join(sorted(_ALIASES))}); or give a path to an .rle file"
         )
-    return parse_rle(BUILTIN_PATTERNS[key], source=f"<built-in {key}>")
+    return parse_rle(BUILTIN_PATTERNS[key], source=f"<built-in {key}>", board=board)
 
 
 def _board_shape(shape: object, parameter: str, error: type[PatternError]) -> tuple[int, int]:

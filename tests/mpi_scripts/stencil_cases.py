@@ -141,6 +141,31 @@ def error_checks(pm, size):
     return out
 
 
+def run_case(pm, case, kernel, k):
+    """One run of a case with ``k`` steps per exchange; also the callback calls, in order."""
+    called = []
+
+    def callback(done, block):
+        called.append([done, float(np.asarray(block, np.float64).sum())])
+
+    res = pm.run(
+        kernel,
+        INITS[case["kernel"]],
+        tuple(case["shape"]),
+        case["dtype"],
+        case["steps"],
+        case["halo"],
+        parse_boundary(case["boundary"]),
+        region=parse_region(case.get("region")),
+        dims=case.get("dims"),
+        snapshot_every=case.get("snapshot_every"),
+        chunk=case.get("chunk"),
+        callback=callback if case.get("chunk") else None,
+        steps_per_exchange=k,
+    )
+    return res, called
+
+
 def main() -> None:
     from mpi4py import MPI
 
@@ -175,32 +200,31 @@ def main() -> None:
                         raise RuntimeError("deliberate failure on rank 1 at step 3")
                     return _k(e)
 
-            res = pm.run(
-                kernel,
-                INITS[case["kernel"]],
-                tuple(case["shape"]),
-                case["dtype"],
-                case["steps"],
-                case["halo"],
-                parse_boundary(case["boundary"]),
-                region=parse_region(case.get("region")),
-                dims=case.get("dims"),
-            )
-            if world.rank == 0:
-                fields[case["name"]] = res.field
-            meta[case["name"]] = {
-                "messages_per_step": res.messages_per_step,
-                "bytes_per_step": res.bytes_per_step,
-                "rank_messages_per_step": list(res.rank_messages_per_step),
-                "rank_bytes_per_step": list(res.rank_bytes_per_step),
-                "dims": list(res.dims),
-                "seconds": res.seconds,
-                "grid": res.grid,
-            }
+            for k in case.get("ks", [1]):
+                key = f"{case['name']}@{k}"
+                res, called = run_case(pm, case, kernel, k)
+                if world.rank == 0:
+                    fields[key] = res.field
+                    if res.snapshots is not None:
+                        fields[key + "/snapshots"] = res.snapshots
+                meta[key] = {
+                    "messages_per_step": res.messages_per_step,
+                    "bytes_per_step": res.bytes_per_step,
+                    "rank_messages_per_step": list(res.rank_messages_per_step),
+                    "rank_bytes_per_step": list(res.rank_bytes_per_step),
+                    "dims": list(res.dims),
+                    "seconds": res.seconds,
+                    "grid": res.grid,
+                    "steps_per_exchange": res.steps_per_exchange,
+                    "note": res.note,
+                    "snapshot_steps": list(res.snapshot_steps),
+                    "callbacks": called,
+                }
         if world.rank == 0:
             np.savez(os.path.join(out_dir, "fields.npz"), **fields)
             with open(os.path.join(out_dir, "meta.json"), "w") as f:
-                json.dump({"size": world.size, "cases": meta}, f)
+                world_size = pm.check_world(world.size)
+                json.dump({"size": world.size, "world": world_size, "cases": meta}, f)
 
 
 if __name__ == "__main__":
