@@ -188,15 +188,9 @@ class _AtIndex:
 
 
 def physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, list]:
-    """Global indices and validity of the physical positions selected by ``index``."""
-    coords, valid = [], []
-    for ax, sl in zip(layout.axes, index):
-        p = np.arange(ax.padded)[sl]
-        b, j = p // ax.block, p % ax.block
-        length = ax.base + (b < ax.extra)
-        coords.append(np.minimum(b * ax.base + np.minimum(b, ax.extra) + j, ax.size - 1))
-        valid.append(j < length)
-    return coords, valid
+    """Global indices and validity of the physical positions selected by ``index``, per axis."""
+    pairs = [ax.global_index(np.arange(ax.padded)[sl]) for ax, sl in zip(layout.axes, index)]
+    return [g for g, _ in pairs], [v for _, v in pairs]
 
 
 def _build(layout: Layout, dtype: np.dtype, block: Callable) -> GlobalArray:

@@ -80,10 +80,9 @@ def default_loop(p: Problem, u, steps: int, how: Loop):
         return explicit.run(p.kernel, u, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi
 
-    # TODO(merge): pass steps_per_exchange=k once pgas.mpi.run takes it (house branch)
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
                    snapshot_every=how.snapshot_every, chunk=how.chunk,
-                   callback=how.callback)  # fmt: skip
+                   callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
 def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
@@ -356,13 +355,7 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
     world = mpi.MPI.COMM_WORLD
     dims = dims_create(world.size, len(problem.shape))
     blocks = tuple(s // d for s, d in zip(problem.shape, dims))
-    choice = _choice(problem, opts.steps_per_exchange, blocks, "cpu")
-    # TODO(merge): pgas.mpi.run takes steps_per_exchange with the house branch; until then
-    # the mpi path exchanges every step and says so.
-    if choice.steps_per_exchange > 1:
-        note = (f"lowered from {choice.steps_per_exchange} to 1: the mpi path exchanges halos "
-                f"every step for now")  # fmt: skip
-        choice = Choice(1, choice.requested, note)
+    choice = _choice(problem, opts.steps_per_exchange, blocks, "cpu")  # what mpi.run chooses
     every = opts.snapshot_every
     how = Loop(
         "mpi",
@@ -379,7 +372,7 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
         "mpi", world.size, world.size, dict(zip(problem.mesh_axes, r.dims, strict=True)),
         problem.shape, opts.steps, r.seconds, checksum(field) if field is not None else "",
         messages_per_step=float(r.messages_per_step), bytes_per_step=float(r.bytes_per_step),
-        steps_per_exchange=choice.steps_per_exchange, steps_per_exchange_note=choice.note,
+        steps_per_exchange=r.steps_per_exchange, steps_per_exchange_note=r.note,
         platform="cpu", device_kind="numpy (mpi4py)", comm=comm, rank=world.rank, field=field,
         snapshots=_decode(problem, r.snapshots),
         times=np.asarray(r.snapshot_steps) if every else None,

@@ -159,10 +159,9 @@ def time_loop(p: Problem, u, steps: int, how: runner.Loop):
         return pgas.explicit.run(kernel, u, steps, HALO, REGION, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
-    # TODO(merge): steps_per_exchange=k once pgas.mpi.run takes it (house branch)
     return mpi.run(kernel, p.init, p.shape, p.dtype, steps, HALO, BOUNDARY, REGION,
                    snapshot_every=how.snapshot_every, chunk=how.chunk,
-                   callback=how.callback)  # fmt: skip
+                   callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict | None:

@@ -194,10 +194,9 @@ def time_loop(p: Problem, g, steps: int, how: runner.Loop):
         return pgas.explicit.run(p.kernel, g, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
-    # TODO(merge): steps_per_exchange=k once pgas.mpi.run takes it (house branch)
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
                    snapshot_every=how.snapshot_every, chunk=how.chunk,
-                   callback=how.callback)  # fmt: skip
+                   callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
 def packed_problem(**kwargs) -> Problem:
