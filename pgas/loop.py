@@ -121,16 +121,22 @@ def _physical(state):
     return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
 
 
-def anchor_of(counter: jax.Array) -> jax.Array:
-    """A zero XLA cannot tell from the loop counter (so masks stay inside the loop's fusions)."""
-    return jax.lax.optimization_barrier((counter, jnp.int32(0)))[1]
+def anchor_of(counter: jax.Array, salt: int = 0) -> jax.Array:
+    """A zero XLA cannot tell from the loop counter (so masks stay inside the loop's fusions).
+
+    ``counter + salt`` is a loop index, below 2**31, so its sign bit is zero;
+    XLA cannot prove that and leaves the masks in the loop, where they fuse
+    into the stencil instead of being hoisted as arrays read every step. A
+    different ``salt`` per group keeps XLA from sharing one mask between groups.
+    """
+    return jax.lax.shift_right_arithmetic(counter + salt, jnp.int32(31))
 
 
 def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
     """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
 
-    def group(state, counter=None):
-        anchor = None if counter is None else anchor_of(counter)
+    def group(state, counter=None, salt=0):
+        anchor = None if counter is None else anchor_of(counter, salt)
         s = frames(state, tuple(k * w for w in widths), anchor)
         for _ in range(k):
             s = body(s)
@@ -156,8 +162,8 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         a = _blocks(state)
 
         def two(i, ab):  # double buffering: each group writes the other buffer
-            b = group(ab[0], i)
-            return group(b, i), b
+            b = group(ab[0], i, 0)
+            return group(b, i, 1), b
 
         a, b = jax.lax.fori_loop(0, count // (2 * k), two, (a, a))
         a = jax.lax.cond((count // k) % 2 == 1, group, lambda s: s, a)
