@@ -121,14 +121,24 @@ def main() -> None:
                     rec.update(stats(times, cells * steps))
                     out["results"].append(rec)
                     continue
-                if backend in ("auto", "explicit"):
-                    if backend == "auto":
+                if backend in ("auto", "explicit", "auto_k1", "explicit_k1"):
+                    k = 1 if backend.endswith("_k1") else "auto"
+                    rec["steps_per_exchange_requested"] = k
+                    if backend.startswith("auto"):
                         step = heat_step if heat else life_step
-                        prog = lambda u, n: pgas.run(step, u, steps=n)  # noqa: E731
+                        prog = lambda u, n: pgas.run(step, u, steps=n, steps_per_exchange=k)  # noqa: E731
+                        rec["steps_per_exchange"] = pgas.plan.plan(
+                            step, make(), k
+                        ).steps_per_exchange
                     else:
                         kern = heat_kernel if heat else life_kernel
                         region = (slice(1, -1),) if heat else None
-                        prog = lambda u, n: pgas.explicit.run(kern, u, n, halo=1, region=region)  # noqa: E731
+                        prog = lambda u, n: pgas.explicit.run(
+                            kern, u, n, halo=1, region=region, steps_per_exchange=k
+                        )  # noqa: E731
+                        rec["steps_per_exchange"] = pgas.explicit.choose(
+                            make(), 1, k
+                        ).steps_per_exchange
                     u = make()
                     t = time.perf_counter()
                     u = prog(u, 1)
@@ -146,7 +156,8 @@ def main() -> None:
                     if a.details:
                         rec.update(
                             details(
-                                backend,
+                                backend.removesuffix("_k1"),
+                                k,
                                 heat,
                                 heat_step,
                                 life_step,
@@ -214,35 +225,36 @@ def main() -> None:
 
 
 def details(
-    backend, heat, heat_step, life_step, make, mesh, a, jax, jnp, pgas, heat_kernel, life_kernel
+    backend, k, heat, heat_step, life_step, make, mesh, a, jax, jnp, pgas, heat_kernel, life_kernel
 ) -> dict:
     """Collectives per step (vs ideal), compile time of the whole loop, memory analysis."""
     import numpy as np
 
-    from pgas.loop import _program as auto_program
+    import pgas.explicit as ex
+    from pgas.loop import program as auto_program
+    from pgas.plan import plan
 
     rec = {}
     u = make()
     local_bytes = int(np.prod(u.layout.local_shape)) * np.dtype(u.dtype).itemsize
     if backend == "auto":
         step = heat_step if heat else life_step
-        rep = pgas.comm_report(step, u, loop=True).to_dict()
-        fn = auto_program(step, None, None)
+        rep = pgas.comm_report(step, u, loop=True, steps_per_exchange=k).to_dict()
+        how = plan(step, u, k)
+        fn = auto_program(step, how.steps_per_exchange, how.widths, None, None)
     else:
-        import pgas.explicit as ex
-
         kern = heat_kernel if heat else life_kernel
         region = (slice(1, -1),) if heat else None
-        rep = pgas.comm_report(lambda v: ex.step(kern, v, 1, region), u, loop=True).to_dict()
-        key = None if region is None else tuple((s.start, s.stop, s.step) for s in region)
-        fn = ex._program(kern, u.layout, ex._widths(u.layout, 1), key)
-    msgs = sum(v["count_per_step"] for k, v in rep.items() if isinstance(v, dict))
-    byts = sum(v["bytes_per_step"] for k, v in rep.items() if isinstance(v, dict))
+        rep = ex.comm_report(kern, u, 1, region, steps_per_exchange=k, loop=True).to_dict()
+        kk = ex.choose(u, 1, k).steps_per_exchange
+        fn = ex.program(kern, u.layout, (1,) * u.layout.ndim, ex.region_key(region), kk)
     rec["comm"] = {
-        "messages_per_step": msgs,
-        "bytes_per_step": byts,
+        "messages_per_step": rep["messages_per_step"],
+        "bytes_per_step": rep["halo_bytes_per_step_all_devices"],
+        "permutes_per_step": rep["collective-permute"]["count_per_step"],
         "ideal_bytes_per_step": rep["ideal_halo_bytes_per_step"],
         "halo_ratio": rep["halo_ratio"],
+        "steps_per_exchange": rep["steps_per_exchange"],
         "report": rep,
     }
     arg = u if backend == "auto" else u.data

@@ -1,24 +1,23 @@
-"""Deep halos: exchange a halo of width k once every k steps (1-D heat, float32, periodic).
+"""Deep halos: k steps per halo exchange on the automatic and explicit paths, against k = 1.
 
-    python benchmarks/deep_halo.py [--tiny] [--out FILE]          # driver: 1, 2, 4 devices
-    python benchmarks/deep_halo.py --worker --devices D --size N   # one device count
+    python benchmarks/deep_halo.py [--tiny | --quick] [--out FILE]     # the sweep below
+    python benchmarks/deep_halo.py --worker --devices D --stencil heat1d --size N --ks 1,2,auto
 
-The kernel applies k heat steps to the extended block (block + k halo cells per
-side); every sub-step ``0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])`` shrinks it by one
-cell per side, so after k sub-steps it is the block's new values.
-``pgas.explicit.run(kernel_k, u, steps // k, halo=k)`` is then ``steps`` physical
-steps with one halo exchange per k steps. The price is redundant compute: the
-sub-steps also update the shrinking halo: sub-step j computes k - j halo cells per
-side, k * (k - 1) / 2 extra cell updates per block side per k steps, i.e. k - 1 per
-block per physical step; every exchange moves k cells per side instead of 1.
+For each configuration, in one worker process (its own virtual device count):
 
-Measured per k = 1, 2, 4, 8 and device count: time per physical step, G cell
-updates/s (physical updates, not counting the redundant ones), collective-permutes
-and their bytes per physical step (``pgas.comm_report`` of one ``explicit.step``,
-divided by k), and whether the final field is bitwise equal to the k = 1 run; on a
-small field, bitwise equality with a NumPy periodic reference (``np.roll``).
-The driver runs one subprocess per device count (the XLA device-count flag must
-be set before JAX starts) and prints / writes one JSON document.
+- the same-size copy roofline: a compiled ``fori_loop`` of ``y = -y`` on the
+  field's own size and dtype (read + write, as a stencil step at best);
+- ``pgas.run(step, u, steps, steps_per_exchange=k)`` (auto) and
+  ``pgas.explicit.run(kernel, u, ..., steps_per_exchange=k)`` for each k,
+  bitwise checked against k = 1;
+- with ``--overhead``: the same local work with no exchange (the explicit
+  kernel on each block with its edges clamped locally, halo 0), so that
+  ``time(exchange) / time(local) - 1`` is the communication overhead;
+- XLA's memory analysis of the compiled auto loop (peak bytes per device over
+  the local block).
+
+The driver writes one JSON document (and is called by ``benchmarks/run.py``).
+Timings are medians of repeats; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -30,190 +29,174 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-KS = (1, 2, 4, 8)
 MODES = {
-    # size: cells; steps: physical steps per timed call (a multiple of every k)
-    "tiny": dict(size=2**16, steps=8, repeats=2, devices=[1, 2, 4], ref_size=512, ref_steps=16),
-    "full": dict(size=2**22, steps=64, repeats=5, devices=[1, 2, 4], ref_size=4096, ref_steps=64),
-}
+    "tiny": dict(
+        heat=[(2**12, [1, 2])], life=[(64, [1, 2])], ks="1,4,auto", steps=8, repeats=2,
+        overhead=[], demo=False,
+    ),
+    "quick": dict(
+        heat=[(2**16, [1]), (2**22, [1, 2])], life=[(1024, [1])], ks="1,2,4,8,16,auto",
+        steps=32, repeats=3, overhead=[2, 4], demo=True,
+    ),
+    "full": dict(
+        heat=[(2**16, [1]), (2**20, [1]), (2**24, [1, 2, 4]), (1001, [4])],
+        life=[(256, [1, 4]), (1024, [1]), (8192, [1])], ks="1,2,4,8,16,32,auto",
+        steps=64, repeats=5, overhead=[2, 4, 8], demo=True,
+    ),
+}  # fmt: skip
 
 
-def heat_np_periodic(u, steps):
-    """NumPy reference: ``steps`` periodic heat steps (float32 stays float32)."""
-    half, quarter = u.dtype.type(0.5), u.dtype.type(0.25)
-    for _ in range(steps):
-        u = half * u + quarter * (np.roll(u, 1) + np.roll(u, -1))
-    return u
-
-
-def make_kernel(k: int):
-    """k heat sub-steps on a block with k halo cells per side."""
-
-    def kernel(e):
-        for _ in range(k):
-            e = 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
-        return e
-
-    kernel.__name__ = f"heat_x{k}"
-    return kernel
-
-
-def worker(devices: int, size: int, steps: int, repeats: int, ks, ref_size, ref_steps) -> dict:
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
-    )
+def worker(a) -> dict:
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"
     import jax
-    from common import init_heat, stats
+    import jax.numpy as jnp
+    import numpy as np
+    from common import example_stencils, init_heat, init_life, stats
 
     import pgas
-    import pgas.explicit as ex
+    from pgas import explicit
+    from pgas.loop import program
+    from pgas.plan import plan
 
-    dtype = np.float32
-    mesh = pgas.make_mesh(("x",), devices=devices)
+    heat = a.stencil == "heat1d"
+    step, kernel = example_stencils(a.stencil)
+    region = (slice(1, -1),) if heat else None
+    if heat:
+        mesh, shape, dtype = pgas.make_mesh(("x",), devices=a.devices), (a.size,), np.float32
+        make = lambda: pgas.from_function(init_heat, shape, mesh, boundary=pgas.Keep(),  # noqa: E731
+                                          dtype=dtype)  # fmt: skip
+    else:
+        dims = pgas.dims_create(a.devices, 2)
+        mesh = pgas.make_mesh(("y", "x"), shape=dims, devices=a.devices)
+        shape, dtype = (a.size, a.size), np.uint8
+        make = lambda: pgas.from_function(init_life, shape, mesh, dtype=dtype)  # noqa: E731
+    cells = int(np.prod(shape))
+    steps = a.steps
+    out = {"devices": a.devices, "stencil": a.stencil, "size": a.size, "cells": cells,
+           "steps": steps, "results": []}  # fmt: skip
 
-    def make(n):
-        return pgas.from_function(init_heat, (n,), mesh, boundary=pgas.Periodic(), dtype=dtype)
-
-    kernels = {k: make_kernel(k) for k in ks}
-    out = {"devices": devices, "size": size, "steps": steps, "repeats": repeats, "results": []}
-    ref_final = None
-    # NumPy reference on a small field, same initial values
-    x0 = init_heat(np.arange(ref_size)).astype(dtype)
-    small_ref = heat_np_periodic(x0.copy(), ref_steps)
-    for k in ks:
-        kern = kernels[k]
-        rec = {"k": k, "devices": devices, "cells": size, "steps": steps}
-        try:
-            if steps % k:
-                raise ValueError(f"steps {steps} is not a multiple of k = {k}")
-            # compile (one iteration on a throw-away field)
+    def timed(prog, u) -> tuple[dict, object]:
+        u = prog(u, 1)  # compile (the trip count is traced)
+        jax.block_until_ready(u)
+        times = []
+        for _ in range(a.repeats):
             t = time.perf_counter()
-            ex.run(kern, make(size), 1, halo=k).data.block_until_ready()
-            rec["compile_seconds"] = time.perf_counter() - t
-            u = make(size)
-            times = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                u = ex.run(kern, u, steps // k, halo=k)
-                u.data.block_until_ready()
-                times.append(time.perf_counter() - t)
-            rec.update(stats(times, size * steps))
-            rec["seconds_per_step"] = rec["seconds_median"] / steps
-            # per block per k steps: 2 sides x k (k - 1) / 2; per physical step: k - 1
-            rec["redundant_updates_per_step"] = devices * (k - 1)
-            rec["redundant_fraction"] = rec["redundant_updates_per_step"] / size
+            u = prog(u, steps)
+            jax.block_until_ready(u)
+            times.append(time.perf_counter() - t)
+        return stats(times, cells * steps), u
+
+    # the same-size copy roofline (read + write of the field per iteration)
+    y = jax.device_put(jnp.asarray(make().to_numpy()), make().layout.sharding)
+    cp = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, z: -z, x), donate_argnums=0)
+    copy, _ = timed(lambda x, n: cp(x, jnp.int32(n)), y)
+    out["copy_cells_per_s"] = copy["cells_per_s_median"]
+    ref = None
+    for backend in ("auto", "explicit"):
+        for k in a.ks.split(","):
+            k = k if k == "auto" else int(k)
+            rec = {"backend": backend, "requested": k}
+            if backend == "auto":
+                rec["k"] = plan(step, make(), k).steps_per_exchange
+                prog = lambda u, n: pgas.run(step, u, n, steps_per_exchange=k)  # noqa: E731
+            else:
+                rec["k"] = explicit.choose(make(), 1, k).steps_per_exchange
+                prog = lambda u, n: explicit.run(kernel, u, n, 1, region,  # noqa: E731
+                                                 steps_per_exchange=k)  # fmt: skip
+            t, u = timed(prog, make())
+            rec.update(t)
+            rec["x_copy"] = rec["cells_per_s_median"] / out["copy_cells_per_s"]
             final = u.to_numpy()
-            if ref_final is None:
-                ref_final = final
-            rec["equal_to_k1"] = bool(np.array_equal(final, ref_final))
-            # communication of one explicit step (k physical steps), per physical step
-            rep = pgas.comm_report(lambda v: ex.step(kern, v, k), make(size), loop=True)
-            rec["comm"] = {
-                "permutes_per_exchange": rep.count("collective-permute"),
-                "bytes_per_exchange": rep.bytes("collective-permute"),
-                "permutes_per_step": rep.count("collective-permute") / k,
-                "bytes_per_step": rep.bytes("collective-permute") / k,
-                "messages_total_per_step": rep.messages_total / k,
-                "bytes_total_per_step": rep.bytes_total / k,
-                "gathers": rep.gathers,
-            }
-            # small field vs NumPy periodic reference
-            v = ex.run(kern, make(ref_size), ref_steps // k, halo=k).to_numpy()
-            rec["equal_to_numpy_small"] = bool(np.array_equal(v, small_ref))
-            rec["max_abs_diff_numpy_small"] = float(np.max(np.abs(v - small_ref)))
-        except Exception as err:  # record and go on
-            rec["error"] = f"{type(err).__name__}: {err}"[:500]
-        out["results"].append(rec)
-    out["jax"] = jax.__version__
+            if ref is None:
+                ref = final
+            rec["bitwise_equal_to_first"] = bool(np.array_equal(final, ref))
+            if backend == "auto":
+                rep = pgas.comm_report(step, make(), steps_per_exchange=k)
+                rec["permutes_per_step"] = rep.count("collective-permute")
+                rec["halo_bytes_per_step"] = rep.bytes("collective-permute")
+                how = plan(step, make(), k)
+                compiled = program(step, how.steps_per_exchange, how.widths, None, None).lower(
+                    make(), jnp.int32(2)).compile()  # fmt: skip
+                m = compiled.memory_analysis()
+                block = int(np.prod(make().layout.local_shape)) * np.dtype(dtype).itemsize
+                peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                        - m.alias_size_in_bytes)  # fmt: skip
+                rec["peak_over_block"] = peak / block
+            out["results"].append(rec)
+    if a.overhead:
+        out["overhead"] = overhead(a, make, kernel, region, timed, explicit, jnp)
+    json.dump(out, sys.stdout)
     return out
 
 
-def sweep(mode: str = "full", timeout: float = 1800) -> dict:
-    """Run the worker once per device count (subprocesses); one JSON-ready dict."""
+def overhead(a, make, kernel, region, timed, explicit, jnp) -> dict:
+    """Explicit path at auto k with its exchange, against the same local work without one."""
+
+    def local(e):  # the block's edges clamped locally: the same arithmetic, no neighbours
+        return kernel(jnp.pad(e, 1, mode="edge"))
+
+    k = explicit.choose(make(), 1, "auto").steps_per_exchange
+    with_exchange, _ = timed(lambda u, n: explicit.run(kernel, u, n, 1, region,
+                                                       steps_per_exchange=k), make())  # fmt: skip
+    alone, _ = timed(lambda u, n: explicit.run(local, u, n, 0, region,
+                                               steps_per_exchange=1), make())  # fmt: skip
+    return {"k": k, "seconds_exchange": with_exchange["seconds_median"],
+            "seconds_local": alone["seconds_median"],
+            "overhead": with_exchange["seconds_median"] / alone["seconds_median"] - 1}  # fmt: skip
+
+
+def sweep(mode: str) -> dict:
+    """Run every configuration of ``mode`` in its own worker process."""
     m = MODES[mode]
-    res = {"mode": mode, "config": dict(m, ks=list(KS)), "results": [], "runs": []}
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    runs = []
+    jobs = [("heat1d", n, d) for n, ds in m["heat"] for d in ds]
+    jobs += [("life", n, d) for n, ds in m["life"] for d in ds]
+    for stencil, size, devices in jobs:
+        runs.append(_worker(stencil, size, devices, m, overhead=False))
+    for devices in m["overhead"]:
+        runs.append(_worker("heat1d", 2**22 * devices, devices, m, overhead=True))
+    return {"mode": mode, "runs": runs}
+
+
+def _worker(stencil, size, devices, m, overhead) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--devices", str(devices),
+           "--stencil", stencil, "--size", str(size), "--ks", m["ks"] if not overhead else "1",
+           "--steps", str(m["steps"]), "--repeats", str(m["repeats"])]  # fmt: skip
+    cmd += ["--overhead"] if overhead else []
+    env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    for d in m["devices"]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--devices", str(d)]
-        cmd += ["--size", str(m["size"]), "--steps", str(m["steps"])]
-        cmd += ["--repeats", str(m["repeats"]), "--ref-size", str(m["ref_size"])]
-        cmd += ["--ref-steps", str(m["ref_steps"])]
-        t = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        run = {"devices": d, "cmd": " ".join(cmd), "wall_seconds": time.perf_counter() - t}
-        if p.returncode != 0:
-            run["error"] = p.stderr[-2000:]
-        else:
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            res["results"] += r["results"]
-        res["runs"].append(run)
-    # speedup of k over k = 1 at the same device count
-    for r in res["results"]:
-        one = [
-            x
-            for x in res["results"]
-            if x["devices"] == r["devices"] and x["k"] == 1 and "seconds_median" in x
-        ]
-        if one and "seconds_median" in r:
-            r["speedup_vs_k1"] = one[0]["seconds_median"] / r["seconds_median"]
-    return res
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+    if p.returncode != 0:
+        return {"stencil": stencil, "size": size, "devices": devices, "error": p.stderr[-2000:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def table(res: dict) -> list[str]:
-    """Markdown table of a sweep."""
-    lines = [
-        "| devices | k | ms/step | G cell/s | min-max | vs k=1 | permutes/step | bytes/step "
-        "| redundant | = k=1 | = NumPy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(res["results"], key=lambda r: (r["devices"], r["k"])):
-        if "error" in r:
-            lines.append(f"| {r['devices']} | {r['k']} | error | | | | | | | | |")
-            continue
-        c = r["comm"]
-        lines.append(
-            f"| {r['devices']} | {r['k']} | {r['seconds_per_step'] * 1e3:.2f} | "
-            f"{r['cells_per_s_median'] / 1e9:.3f} | "
-            f"{r['cells_per_s_min'] / 1e9:.3f}-{r['cells_per_s_max'] / 1e9:.3f} | "
-            f"{r.get('speedup_vs_k1', float('nan')):.2f} | {c['permutes_per_step']:g} | "
-            f"{c['bytes_per_step']:g} | {r['redundant_fraction']:.1e} | "
-            f"{'yes' if r['equal_to_k1'] else 'NO'} | "
-            f"{'yes' if r['equal_to_numpy_small'] else 'NO'} |"
-        )
-    return lines
-
-
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--tiny", action="store_true", help=f"{MODES['tiny']['size']} cells, seconds")
-    ap.add_argument("--out", help="write the JSON here (default: stdout only)")
-    ap.add_argument("--worker", action="store_true", help="one device count (internal)")
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", action="store_true")
     ap.add_argument("--devices", type=int, default=1)
-    ap.add_argument("--size", type=int, default=MODES["full"]["size"])
-    ap.add_argument("--steps", type=int, default=MODES["full"]["steps"])
-    ap.add_argument("--repeats", type=int, default=MODES["full"]["repeats"])
-    ap.add_argument("--ref-size", type=int, default=MODES["full"]["ref_size"])
-    ap.add_argument("--ref-steps", type=int, default=MODES["full"]["ref_steps"])
+    ap.add_argument("--stencil", choices=("heat1d", "life"), default="heat1d")
+    ap.add_argument("--size", type=int, default=2**20)
+    ap.add_argument("--ks", default="1,2,4,8,auto")
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out")
     a = ap.parse_args(argv)
     if a.worker:
-        out = worker(a.devices, a.size, a.steps, a.repeats, KS, a.ref_size, a.ref_steps)
-        json.dump(out, sys.stdout)
-        return out
-    res = sweep("tiny" if a.tiny else "full")
+        worker(a)
+        return
+    res = sweep("tiny" if a.tiny else "quick" if a.quick else "full")
+    text = json.dumps(res, indent=1)
     if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as fh:
-            json.dump(res, fh, indent=1, default=str)
-    print("\n".join(table(res)), file=sys.stderr)
-    json.dump(res, sys.stdout, default=str)
-    print()
-    return res
+            fh.write(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from pgas.plan import Choice, choose_steps_per_exchange
 from pgas.report import CommReport, compiled_report, exchanges_of
 from pgas.view import normalize_index
 
-__all__ = ["exchange_halo", "step", "run", "choose", "comm_report"]
+__all__ = ["exchange_halo", "step", "run", "choose", "comm_report", "program", "region_key"]
 
 Kernel = Callable[[jax.Array], jax.Array]
 
@@ -237,7 +237,8 @@ def comm_report(
 
 
 @functools.lru_cache(maxsize=32)
-def _program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int) -> Callable:
+def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int) -> Callable:
+    """The compiled program of :func:`run` (cached per kernel, layout, halo, region and ``k``)."""
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
     group = _local_update(kernel, layout, widths, region, k)
     single = _local_update(kernel, layout, widths, region, 1)
@@ -254,6 +255,18 @@ def _program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int) 
     spec = PartitionSpec(*layout.spec)
     sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)
     return jax.jit(sharded, donate_argnums=0)
+
+
+def region_key(region) -> tuple | None:
+    """A hashable form of a region of slices (the cache key of :func:`program`).
+
+    >>> region_key((slice(1, -1),))
+    ((1, -1, None),)
+    """
+    if region is None:
+        return None
+    return tuple((s.start, s.stop, s.step) for s in (region if isinstance(region, tuple)
+                                                      else (region,)))  # fmt: skip
 
 
 def run(
@@ -283,9 +296,7 @@ def run(
     >>> run(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u, 2).to_numpy()
     array([0., 1., 0.])
     """
-    key = None if region is None else tuple(
-        (s.start, s.stop, s.step) for s in (region if isinstance(region, tuple) else (region,))
-    )  # fmt: skip
+    key = region_key(region)
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
-    program = _program(kernel, u.layout, _widths(u.layout, halo), key, k)
-    return GlobalArray(program(u.data, jnp.int32(steps)), u.layout)
+    compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k)
+    return GlobalArray(compiled(u.data, jnp.int32(steps)), u.layout)
