@@ -45,7 +45,7 @@ from pgas.boundary import Periodic
 from pgas.errors import HaloError
 from pgas.halo import extend, refill_mirror
 from pgas.layout import Layout
-from pgas.lower import check_dtype
+from pgas.lower import anchor_of, check_dtype
 from pgas.plan import Choice, choose_steps_per_exchange
 from pgas.report import CommReport, compiled_report, exchanges_of
 from pgas.view import normalize_index
@@ -130,8 +130,9 @@ def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Cal
     if not all(window.kept):
         raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
 
-    def update(block):
+    def update(block, counter=None):
         numbers = _block_numbers(layout)
+        anchor = None if counter is None else anchor_of(counter)
         ext = tuple(k * h for h in widths)
         blocks = _extended(block, layout, ext, numbers)
         for _ in range(k):
@@ -145,14 +146,14 @@ def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Cal
                     f"for halo 1)"
                 )
             check_dtype(np.dtype(new.dtype), np.dtype(block.dtype), False)
-            blocks = _merge(blocks, new, layout, window, widths, ext, dom, numbers)
+            blocks = _merge(blocks, new, layout, window, widths, ext, dom, numbers, anchor)
             ext = dom
         return blocks.reshape(block.shape)
 
     return update
 
 
-def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers) -> jax.Array:
+def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers, anchor) -> jax.Array:
     """The kernel's values inside the update mask, the old ones elsewhere; ghosts re-filled."""
     for axis, (e, d) in enumerate(zip(ext, dom)):
         if e != d:
@@ -160,12 +161,13 @@ def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers) -> ja
                                           axis=2 * axis + 1)  # fmt: skip
     new = new.astype(blocks.dtype).reshape(blocks.shape)
     numbers = [b.reshape(()) for b in numbers]
-    mask = layout.window_mask(window.start, window.extent, widths, block=numbers, ext=dom)
+    mask = layout.window_mask(window.start, window.extent, widths, block=numbers, ext=dom,
+                              anchor=anchor)  # fmt: skip
     out = new if mask is None else jnp.where(mask, new, blocks)
     for axis, d in enumerate(dom):
         if d:
             out = refill_mirror(out, axis, d, layout.axes[axis], layout.boundary[axis],
-                                numbers[axis])  # fmt: skip
+                                numbers[axis], anchor)  # fmt: skip
     return out
 
 
@@ -243,14 +245,9 @@ def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int) -
     group = _local_update(kernel, layout, widths, region, k)
     single = _local_update(kernel, layout, widths, region, 1)
 
-    def loop(block, n):
-        def two(i, ab):  # double buffering, as pgas.run
-            b = group(ab[0])
-            return group(b), b
-
-        a, _ = jax.lax.fori_loop(0, n // (2 * k), two, (block, block))
-        a = jax.lax.cond((n // k) % 2 == 1, group, lambda s: s, a)
-        return jax.lax.fori_loop(0, n % k, lambda i, s: single(s), a)
+    def loop(block, n):  # one buffer: each group reads its own extended copy (see pgas.loop)
+        block = jax.lax.fori_loop(0, n // k, lambda i, b: group(b, i), block)
+        return jax.lax.fori_loop(0, n % k, lambda i, b: single(b, i), block)
 
     spec = PartitionSpec(*layout.spec)
     sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)

@@ -17,8 +17,11 @@ extension, see :mod:`pgas.lower`), and keeps the blocks' own cells
 chunks and snapshots end on their own step counts, so groups never cross them.
 
 The loop carries the fields in their blocks form (the reshapes at the start
-and end of each step cancel) and runs two groups per iteration on two buffers
-in turn (double buffering), so that no group copies its field.
+and end of each step cancel) in one buffer: a group reads the extended copy
+of its field, built once per exchange by one concatenate, so XLA writes the
+group's result straight into the loop's buffer (no copy). Peak memory per
+device is then the block plus the extended copy and the sub-steps'
+intermediates (see benchmarks/README.md).
 
 With ``snapshot_every=K`` the loop is a ``lax.scan`` over snapshots of an
 inner loop of ``K`` steps, still one program; ``observe(state)`` picks what
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
 from pgas.halo import extend
-from pgas.lower import blocks_of, physical_of
+from pgas.lower import anchor_of, blocks_of, physical_of
 from pgas.plan import AUTO, plan
 from pgas.view import View
 
@@ -121,22 +124,11 @@ def _physical(state):
     return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
 
 
-def anchor_of(counter: jax.Array, salt: int = 0) -> jax.Array:
-    """A zero XLA cannot tell from the loop counter (so masks stay inside the loop's fusions).
-
-    ``counter + salt`` is a loop index, below 2**31, so its sign bit is zero;
-    XLA cannot prove that and leaves the masks in the loop, where they fuse
-    into the stencil instead of being hoisted as arrays read every step. A
-    different ``salt`` per group keeps XLA from sharing one mask between groups.
-    """
-    return jax.lax.shift_right_arithmetic(counter + salt, jnp.int32(31))
-
-
 def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
     """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
 
-    def group(state, counter=None, salt=0):
-        anchor = None if counter is None else anchor_of(counter, salt)
+    def group(state, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
         s = frames(state, tuple(k * w for w in widths), anchor)
         for _ in range(k):
             s = body(s)
@@ -160,24 +152,18 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
 
     def advance(state, count):
         a = _blocks(state)
-
-        def two(i, ab):  # double buffering: each group writes the other buffer
-            b = group(ab[0], i, 0)
-            return group(b, i, 1), b
-
-        a, b = jax.lax.fori_loop(0, count // (2 * k), two, (a, a))
-        a = jax.lax.cond((count // k) % 2 == 1, group, lambda s: s, a)
+        a = jax.lax.fori_loop(0, count // k, lambda i, s: group(s, i), a)
         a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s, i), a)
-        return _physical(a), _physical(b)  # both returned: else XLA merges the buffers
+        return _physical(a)
 
     if every is None:
-        return jax.jit(advance, donate_argnums=0)  # returns (state, scratch buffer)
+        return jax.jit(advance, donate_argnums=0)
 
     look = observe or (lambda s: s)
 
     def snapshots(state, count):
         def chunk(s, _):
-            s = advance(s, every)[0]
+            s = advance(s, every)
             return s, look(s)
 
         return jax.lax.scan(chunk, state, None, length=count)
@@ -253,7 +239,7 @@ def run(
     while done < steps:
         n = min(chunk, steps - done)
         if every is None:
-            state = compiled(state, jnp.int32(n))[0]
+            state = compiled(state, jnp.int32(n))
         else:
             state, snaps = compiled(state, n // every)
             parts.append(snaps)

@@ -58,7 +58,7 @@ from pgas.halo import extend, refill_mirror
 from pgas.view import SCALARS, Leaf, View, Window, as_view
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
-           "check_dtype", "blocks_of", "physical_of"]  # fmt: skip
+           "check_dtype", "blocks_of", "physical_of", "anchor_of"]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -109,6 +109,19 @@ def physical_of(array) -> jax.Array:
         if e:
             blocks = jax.lax.slice_in_dim(blocks, e, e + ax.block, axis=2 * axis + 1)
     return lay.from_blocks(blocks)
+
+
+def anchor_of(counter: jax.Array) -> jax.Array:
+    """A zero XLA cannot tell from a loop counter (see :class:`pgas.GlobalArray` ``anchor``).
+
+    A loop index is below 2**31, so its sign bit is zero; XLA cannot prove it,
+    and leaves masks built on it inside the loop, where they fuse into the
+    stencil instead of being hoisted as arrays read from memory every step.
+
+    >>> int(anchor_of(jnp.int32(7)))
+    0
+    """
+    return jax.lax.shift_right_arithmetic(jnp.asarray(counter).astype(jnp.int32), jnp.int32(31))
 
 
 # ---- 1. collect --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ model); it is shared by the automatic, explicit and MPI paths.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 
 from pgas.errors import PgasError
@@ -134,6 +135,9 @@ class Plan:
 def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
     """Trace ``step`` once on ``state`` (nothing runs) and decide how to compile it.
 
+    The answer is cached per step, state structure (layouts, shapes, dtypes)
+    and request, so :func:`pgas.run` pays the trace once, not per call.
+
     Args:
         step: a step function as given to :func:`pgas.run`.
         state: a :class:`pgas.GlobalArray` or a pytree of them.
@@ -149,12 +153,42 @@ def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
     ((1,), 4, (4,))
     """
     import jax
+
+    requested = check_steps_per_exchange(steps_per_exchange)
+    leaves, treedef = jax.tree.flatten(state)
+    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), requested)
+    return _plan(step, key, state)
+
+
+def _plan(step, key, state) -> Plan:
+    try:
+        hash(key)
+    except TypeError:  # an unhashable static part: no cache
+        return _trace(step, state, key[-1])
+    cache = _CACHE.setdefault(step, {}) if _weakrefable(step) else {}
+    if key not in cache:
+        cache[key] = _trace(step, state, key[-1])
+    return cache[key]
+
+
+def _weakrefable(fn) -> bool:
+    try:
+        weakref.ref(fn)
+    except TypeError:
+        return False
+    return True
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _trace(step, state, requested) -> Plan:
+    import jax
     import numpy as np
 
     from pgas.array import GlobalArray
     from pgas.loop import frames, step_fn
 
-    requested = check_steps_per_exchange(steps_per_exchange)
     arrays = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
               if isinstance(x, GlobalArray)]  # fmt: skip
     if not arrays:
