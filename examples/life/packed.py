@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # life.py, beside this
 import life  # noqa: E402
 
 __all__ = ["Packing", "PackingError", "packing", "pack", "unpack", "step_for", "kernel_for",
-           "problem", "check_mesh"]  # fmt: skip
+           "words_fn", "problem", "check_mesh", "check_words"]  # fmt: skip
 
 WORD = 64
 FLAG = np.uint64(1 << 63)  # ragged packing: "this word holds bits + 1 cells"
@@ -216,7 +216,7 @@ def _rule(c, up, mid, down):
     return s1 & ~s2 & (s0 | c)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step_for(pk: Packing):
     """The global-view step on a ``uint64[H, words]`` GlobalArray (automatic path).
 
@@ -229,7 +229,7 @@ def step_for(pk: Packing):
     """
 
     def life_packed(g):
-        check_mesh(pk, g.layout.axes[1].parts)
+        check_words(g.dtype)
         w, e = _west(pk, g, pgas.shift(g, 1, 1)), _east(pk, g, pgas.shift(g, -1, 1))
         t, a, s0, s1 = _rows(w, g, e)
         up = (pgas.shift(s0, 1, 0), pgas.shift(s1, 1, 0))
@@ -240,7 +240,7 @@ def step_for(pk: Packing):
     return life_packed
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_for(pk: Packing):
     """The local kernel on a block of words with one word of halo per side (explicit, MPI).
 
@@ -250,6 +250,7 @@ def kernel_for(pk: Packing):
     """
 
     def kernel(e):
+        check_words(e.dtype)
         c = e[:, 1:-1]
         w, ea = _west(pk, c, e[:, :-2]), _east(pk, c, e[:, 2:])
         t, a, s0, s1 = _rows(w, c, ea)
@@ -262,6 +263,9 @@ def kernel_for(pk: Packing):
 
 def check_mesh(pk: Packing, parts: int) -> None:
     """Raise :class:`PackingError` unless each of ``parts`` blocks along x gets a word.
+
+    pgas itself refuses an array with fewer cells than devices along an axis
+    (``LayoutError``); call this first for a message in cells and words.
 
     >>> try:
     ...     check_mesh(packing(64), 2)
@@ -278,9 +282,19 @@ def check_mesh(pk: Packing, parts: int) -> None:
         )
 
 
+def check_words(dtype) -> None:
+    """Raise :class:`PackingError` unless the field holds uint64 words (64-bit JAX)."""
+    if np.dtype(dtype) != np.uint64:
+        raise PackingError(
+            f"packed Life steps uint64 words, got {np.dtype(dtype)}; build the field with "
+            f"dtype='uint64' after jax.config.update('jax_enable_x64', True) (JAX keeps "
+            f"64-bit values only then)"
+        )
+
+
 # ---- Initial conditions -------------------------------------------------------------------
 def words_fn(pk: Packing, cell_init):
-    """``init(y, j)``: the words at global rows ``y`` and word columns ``j`` from ``cell_init(y, x)``.
+    """``init(y, j)``: words at global rows ``y``, word columns ``j``, from ``cell_init(y, x)``.
 
     >>> f = words_fn(packing(130), lambda y, x: (x == 44) * 1)  # words of 44, 43, 43 cells
     >>> [hex(int(f(np.array(0), np.array(j)))) for j in range(3)]
