@@ -59,13 +59,15 @@ def deep_kernel(kernel, k: int):
 
 
 def _time(call, state, steps: int, repeats: int):
-    times = []
+    """Wall times of ``repeats`` calls, and the process CPU time of each (all threads)."""
+    times, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         state = call(state, steps)
         state.data.block_until_ready()
         times.append(time.perf_counter() - t)
-    return state, times
+        cpu.append(time.process_time() - c)
+    return state, times, cpu
 
 
 def _comm(step, g) -> dict:
@@ -125,8 +127,9 @@ def worker(devices: int, size: str, steps: int, byte_steps: int, check_steps: in
                 board = p.decode(np_board)
             rec["checksum_after_check_steps"] = checksum(board)
             n = steps if kind == "packed" else byte_steps
-            g, times = _time(call, g, n, repeats)
+            g, times, cpu = _time(call, g, n, repeats)
             rec.update(stats(times, cells * n), steps_per_call=n)
+            rec["cells_per_cpu_s_median"] = stats(cpu, cells * n)["cells_per_s_median"]
             rec["ms_per_step"] = rec["seconds_median"] / n * 1e3
             if devices > 1 and backend == "auto" and k == 1:
                 rec["comm"] = _comm(p.step, field(p))
@@ -173,6 +176,8 @@ def summarise(res: dict) -> None:
                 "byte_best": f"{best['byte']['backend']} k={best['byte']['k']}",
                 "packed_auto_over_byte_best": auto[0]["cells_per_s_median"] / byte,
                 "packed_best_over_byte_best": best["packed"]["cells_per_s_median"] / byte,
+                "packed_auto_over_byte_best_cpu": auto[0]["cells_per_cpu_s_median"]
+                / max(r["cells_per_cpu_s_median"] for r in rows if r["kind"] == "byte"),
                 "target": 4.0 if d == 1 else 3.0,
             })  # fmt: skip
 
@@ -190,7 +195,8 @@ def sweep(mode: str, timeout: float = 1800) -> dict:
                str(m["repeats"])]  # fmt: skip
         t = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        run = {"devices": d, "cmd": " ".join(cmd), "wall_seconds": time.perf_counter() - t}
+        run = {"devices": d, "cmd": " ".join(cmd), "wall_seconds": time.perf_counter() - t,
+               "load_average_after": os.getloadavg()}  # fmt: skip
         if p.returncode:
             run["error"] = p.stderr[-2000:]
         else:
@@ -209,8 +215,8 @@ def table(res: dict) -> list[str]:
              f"({roof['byte']['copy_GB_per_s']:.1f} GB/s at {roof['byte']['field_bytes']} B), "
              f"packed {roof['packed']['cells_per_s'] / 1e9:.1f} G cell/s "
              f"({roof['packed']['copy_GB_per_s']:.1f} GB/s at {roof['packed']['field_bytes']} B)",
-             "| devices | field | backend | k | ms/step | G cell/s | min-max | x own roofline |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| devices | field | backend | k | ms/step | G cell/s | min-max | x own roofline "
+             "| G cell per CPU s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in res["results"]:
         if "error" in r:
             lines.append(f"| {r['devices']} | {r['kind']} | {r['backend']} | {r['k']} | "
@@ -220,16 +226,18 @@ def table(res: dict) -> list[str]:
         lines.append(f"| {r['devices']} | {r['kind']} | {r['backend']} | {r['k']} | "
                      f"{r['ms_per_step']:.2f} | {r['cells_per_s_median'] / 1e9:.2f} | "
                      f"{r['cells_per_s_min'] / 1e9:.2f}-{r['cells_per_s_max'] / 1e9:.2f} | "
-                     f"{x:.2f} |")  # fmt: skip
+                     f"{x:.2f} | {r['cells_per_cpu_s_median'] / 1e9:.2f} |")  # fmt: skip
     for q in res["ratios"]:
         lines.append(
             f"devices {q['devices']}: packed auto / byte best ({q['byte_best']}) = "
             f"{q['packed_auto_over_byte_best']:.1f}x, packed best / byte best = "
-            f"{q['packed_best_over_byte_best']:.1f}x (target {q['target']:g}x)"
+            f"{q['packed_best_over_byte_best']:.1f}x (target {q['target']:g}x); per CPU "
+            f"second: {q['packed_auto_over_byte_best_cpu']:.1f}x"
         )
     for w in res["workers"]:
         lines.append(f"devices {w['devices']}: checksums equal: "
-                     f"{w.get('all_checksums_equal', 'error')}")  # fmt: skip
+                     f"{w.get('all_checksums_equal', 'error')}; load average after "
+                     f"{w['load_average_after'][0]:.1f}")  # fmt: skip
     return lines
 
 
