@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -47,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # life.py, beside this
 import life  # noqa: E402
 
 __all__ = ["Packing", "PackingError", "packing", "pack", "unpack", "step_for", "kernel_for",
-           "words_fn", "problem", "check_mesh", "check_words"]  # fmt: skip
+           "words_fn", "problem", "check_mesh", "check_words", "enable_x64"]  # fmt: skip
 
 WORD = 64
 FLAG = np.uint64(1 << 63)  # ragged packing: "this word holds bits + 1 cells"
@@ -282,6 +283,14 @@ def check_mesh(pk: Packing, parts: int) -> None:
         )
 
 
+def enable_x64() -> None:
+    """64-bit JAX values, now or when JAX is first imported (no import here: MPI ranks)."""
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_enable_x64", True)
+    else:
+        os.environ["JAX_ENABLE_X64"] = "1"
+
+
 def check_words(dtype) -> None:
     """Raise :class:`PackingError` unless the field holds uint64 words (64-bit JAX)."""
     if np.dtype(dtype) != np.uint64:
@@ -318,7 +327,9 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     """Packed Life for every backend (``pgas compare examples/life/packed.py:problem``).
 
     The same board as ``life.problem`` with the same arguments; the field is
-    its words, ``decode`` gives back the uint8 board.
+    its words, ``decode`` gives back the uint8 board. Switches JAX to 64-bit
+    values (uint64 words need them; ``pgas.driver`` does the same for 8-byte
+    dtypes, ``pgas.compare`` does not yet).
 
     >>> p = problem("4x100", "blinker")
     >>> p.shape, p.dtype, p.decode(p.init(*np.indices(p.shape))).sum()
@@ -326,6 +337,7 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     """
     (rows, width), cell_init = life.initial_fn(size, pattern, at, density, seed)
     pk = packing(width)
+    enable_x64()
     return Problem("life-packed", (rows, pk.words), "uint64", words_fn(pk, cell_init),
                    step_for(pk), kernel_for(pk), life.BOUNDARY, halo=1, region=None,
                    mesh_axes=("y", "x"), bytes_per_cell=16, decode=pk.decode)  # fmt: skip
