@@ -222,6 +222,7 @@ def step_for(pk: Packing):
     """The global-view step on a ``uint64[H, words]`` GlobalArray (automatic path).
 
     >>> import pgas
+    >>> enable_x64()  # uint64 words
     >>> w = pgas.from_numpy(pack(np.ones((3, 3), np.uint8)), pgas.make_mesh(("y", "x"), devices=1))
     >>> unpack(pgas.run(step_for(packing(3)), w, 1).to_numpy(), 3)
     array([[0, 0, 0],
