@@ -77,6 +77,7 @@ def test_packing_covers_the_row_once(width):
     w = packed.pack(b)
     assert w.dtype == np.uint64 and w.shape == (3, pk.words)
     np.testing.assert_array_equal(packed.unpack(w, width), b)
+    np.testing.assert_array_equal(pk.decode(np.stack([w, w])), np.stack([b, b]))  # snapshots
     # any run of whole word columns decodes alone (a block of a decomposed board)
     j = np.arange(pk.words)
     for lo, hi in ((0, 1), (pk.words // 2, pk.words)):
