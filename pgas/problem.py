@@ -52,6 +52,8 @@ class Problem:
         decode: maps stored values to the cells users see (e.g. bit-packed words
             to a uint8 board), applied to gathered fields and blocks before
             checksums, diagnostics and output; ``None``: stored values are cells.
+        cell_shape: the shape of the decoded field (default ``shape``): what a
+            run reports and cell updates per second count.
         loop: the problem's time loop ``loop(problem, u, steps, how)`` with ``how`` a
             :class:`pgas.runner.Loop` (see :mod:`pgas.runner`); ``None``: the
             runner's :func:`pgas.runner.default_loop`.
@@ -74,11 +76,13 @@ class Problem:
     mesh_axes: tuple[str, ...]
     bytes_per_cell: int = 0
     decode: Callable[[np.ndarray], np.ndarray] | None = None
+    cell_shape: tuple[int, ...] | None = None
     loop: Callable[..., Any] | None = None
 
     @property
     def cells(self) -> int:
-        return math.prod(self.shape)
+        """Cells of the field users see (``cell_shape``, else ``shape``)."""
+        return math.prod(self.cell_shape or self.shape)
 
 
 def load_problem(source: str, **kwargs) -> Problem:

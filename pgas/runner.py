@@ -318,7 +318,8 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
     field = u.to_numpy()  # gathered on every process; only process 0 reports
     field = _decode(problem, field)
     return Result(
-        opts.backend, mesh.size, jax.process_count(), dict(mesh.shape), problem.shape,
+        opts.backend, mesh.size, jax.process_count(), dict(mesh.shape),
+        problem.cell_shape or problem.shape,
         opts.steps, seconds, checksum(field), messages_per_step=float(report.messages_total),
         bytes_per_step=float(report.bytes_total), ideal_bytes_per_step=int(report.ideal_bytes),
         steps_per_exchange=k, steps_per_exchange_note=choice.note, platform=session.platform,
@@ -370,7 +371,8 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
     field = _decode(problem, r.field)
     return Result(
         "mpi", world.size, world.size, dict(zip(problem.mesh_axes, r.dims, strict=True)),
-        problem.shape, opts.steps, r.seconds, checksum(field) if field is not None else "",
+        problem.cell_shape or problem.shape, opts.steps, r.seconds,
+        checksum(field) if field is not None else "",
         messages_per_step=float(r.messages_per_step), bytes_per_step=float(r.bytes_per_step),
         steps_per_exchange=r.steps_per_exchange, steps_per_exchange_note=r.note,
         platform="cpu", device_kind="numpy (mpi4py)", comm=comm, rank=world.rank, field=field,

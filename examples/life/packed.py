@@ -341,4 +341,5 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     enable_x64()
     return Problem("life-packed", (rows, pk.words), "uint64", words_fn(pk, cell_init),
                    step_for(pk), kernel_for(pk), life.BOUNDARY, halo=1, region=None,
-                   mesh_axes=("y", "x"), bytes_per_cell=16, decode=pk.decode)  # fmt: skip
+                   mesh_axes=("y", "x"), bytes_per_cell=16, decode=pk.decode,
+                   cell_shape=(rows, width))  # fmt: skip
