@@ -40,107 +40,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pgas.array import GlobalArray
 from pgas.errors import PgasError
-from pgas.halo import extend
-from pgas.lower import anchor_of, blocks_of, physical_of
+from pgas.frames import blocks, group, physical, step_fn
 from pgas.plan import AUTO, plan
-from pgas.view import View
 
-__all__ = ["run", "step_fn", "frames", "cores", "group_program", "program"]
+__all__ = ["run", "program"]
 
 State = Any
-
-
-def _is_array(x) -> bool:
-    return isinstance(x, GlobalArray)
-
-
-def _as_array(x):
-    return x.to_array() if isinstance(x, View) else x
-
-
-def step_fn(step: Callable[[State], State]) -> Callable[[State], State]:
-    """Wrap ``step`` so that it returns arrays (whole-array expressions materialised).
-
-    >>> import numpy as np, pgas
-    >>> u = pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))
-    >>> step_fn(lambda u: 2 * u)(u).to_numpy()
-    array([0., 2., 4.])
-    """
-
-    @functools.wraps(step)
-    def wrapped(state):
-        out = step(state)
-        if out is None:
-            raise PgasError(
-                f"step function {getattr(step, '__name__', step)!r} returned None; return the "
-                f"updated state (e.g. 'return u' after u[1:-1] = ...)"
-            )
-        return jax.tree.map(_as_array, out, is_leaf=lambda x: isinstance(x, View))
-
-    return wrapped
-
-
-def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None) -> State:
-    """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
-
-    The extended blocks are held behind an optimization barrier, so that XLA
-    builds them once and the sub-steps read only them. ``anchor`` is a zero
-    tied to the loop counter (see :class:`pgas.GlobalArray`).
-    """
-
-    def one(g: GlobalArray) -> GlobalArray:
-        lay = g.layout
-        blocks, ext = blocks_of(g)
-        if any(ext):
-            raise PgasError("internal: frames() takes fields without halo")
-        for axis, h in enumerate(halo[: lay.ndim]):
-            if h:
-                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
-                                lay.block_iota(axis))  # fmt: skip
-        return GlobalArray(jax.lax.optimization_barrier(blocks), lay, tuple(halo[: lay.ndim]),
-                           anchor)  # fmt: skip
-
-    return jax.tree.map(one, state, is_leaf=_is_array)
-
-
-def cores(state: State) -> State:
-    """Every field's own cells, in the blocks form without halo."""
-
-    def one(g: GlobalArray) -> GlobalArray:
-        lay = g.layout
-        return GlobalArray(lay.to_blocks(physical_of(g)), lay, (0,) * lay.ndim)
-
-    return jax.tree.map(one, state, is_leaf=_is_array)
-
-
-def _blocks(state):
-    return jax.tree.map(lambda g: GlobalArray(blocks_of(g)[0], g.layout, (0,) * g.layout.ndim),
-                        state, is_leaf=_is_array)  # fmt: skip
-
-
-def _physical(state):
-    return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
-
-
-def _group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
-    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
-
-    def group(state, counter=None):
-        anchor = None if counter is None else anchor_of(counter)
-        s = frames(state, tuple(k * w for w in widths), anchor)
-        for _ in range(k):
-            s = body(s)
-        return cores(s)
-
-    return group
-
-
-def group_program(step: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
-    """One exchange and ``k`` steps, physical state in and out (what comm_report compiles)."""
-    group = _group(step_fn(step), widths, k)
-    return lambda state: _physical(group(_blocks(state)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -148,13 +54,13 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             observe: Callable | None):  # fmt: skip
     """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots)."""
     body = step_fn(step)
-    group, single = _group(body, widths, k), _group(body, widths, 1)
+    many, single = group(body, widths, k), group(body, widths, 1)
 
     def advance(state, count):
-        a = _blocks(state)
-        a = jax.lax.fori_loop(0, count // k, lambda i, s: group(s, i), a)
+        a = blocks(state)
+        a = jax.lax.fori_loop(0, count // k, lambda i, s: many(s, i), a)
         a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s, i), a)
-        return _physical(a)
+        return physical(a)
 
     if every is None:
         return jax.jit(advance, donate_argnums=0)

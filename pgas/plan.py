@@ -22,7 +22,9 @@ import dataclasses
 import weakref
 from collections.abc import Sequence
 
+from pgas.array import GlobalArray
 from pgas.errors import PgasError
+from pgas.frames import frames, step_fn
 
 __all__ = ["choose_steps_per_exchange", "check_steps_per_exchange"]
 
@@ -185,9 +187,6 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _trace(step, state, requested) -> Plan:
     import jax
     import numpy as np
-
-    from pgas.array import GlobalArray
-    from pgas.loop import frames, step_fn
 
     arrays = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
               if isinstance(x, GlobalArray)]  # fmt: skip

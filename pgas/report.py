@@ -26,6 +26,10 @@ from collections.abc import Callable
 
 import jax
 
+from pgas.array import GlobalArray
+from pgas.frames import group_program, step_fn
+from pgas.plan import plan
+
 __all__ = [
     "Collective",
     "CommReport",
@@ -363,8 +367,6 @@ def comm_report(
     >>> pgas.comm_report(heat, u).count("all-gather")
     0.0
     """
-    from pgas.loop import group_program
-    from pgas.plan import plan
 
     fn, s = (step, state[0]) if len(state) == 1 else ((lambda t: step(*t)), tuple(state))
     if not _is_step(fn, s):  # e.g. a reduction: compiled as it is, one call = one step
@@ -391,8 +393,6 @@ def comm_report(
 
 def _is_step(fn: Callable, state) -> bool:
     """Whether ``fn`` maps the state to a state of the same structure (a time step)."""
-    from pgas.array import GlobalArray
-    from pgas.loop import step_fn
 
     def structure(x):
         leaf = lambda y: isinstance(y, GlobalArray)  # noqa: E731
@@ -406,7 +406,5 @@ def _is_step(fn: Callable, state) -> bool:
 
 
 def _arrays(state) -> list:
-    from pgas.array import GlobalArray
-
     return [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
             if isinstance(x, GlobalArray)]  # fmt: skip

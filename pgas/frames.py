@@ -1,0 +1,126 @@
+"""Frames: the fields of a state extended by a deep halo, and the group of k steps on them.
+
+A *group* is what one iteration of a compiled loop runs (:mod:`pgas.loop`):
+every field of the state is extended by a halo ``k`` times the step's reach
+(:func:`frames`: one exchange per split axis, the extended block built once
+by a concatenate behind an optimization barrier), the user's step runs ``k``
+times on the extended blocks (each assignment computes a domain that much
+narrower, see :mod:`pgas.lower`), and the fields' own cells are kept
+(:func:`cores`). :func:`step_fn` wraps a user's step so that whole-array
+expressions it returns become arrays.
+
+Fields travel between groups in their blocks form ``(D0, b0, D1, b1, ...)``
+with no extension (``ext`` all zeros); :func:`blocks` and :func:`physical`
+convert a state from and to the physical form users hold.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from pgas.array import GlobalArray
+from pgas.errors import PgasError
+from pgas.halo import extend
+from pgas.lower import anchor_of, blocks_of, physical_of
+from pgas.view import View
+
+__all__ = ["step_fn", "frames", "cores", "blocks", "physical", "group", "group_program"]
+
+State = Any
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, GlobalArray)
+
+
+def _as_array(x):
+    return x.to_array() if isinstance(x, View) else x
+
+
+def step_fn(step: Callable[[State], State]) -> Callable[[State], State]:
+    """Wrap ``step`` so that it returns arrays (whole-array expressions materialised).
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))
+    >>> step_fn(lambda u: 2 * u)(u).to_numpy()
+    array([0., 2., 4.])
+    """
+
+    @functools.wraps(step)
+    def wrapped(state):
+        out = step(state)
+        if out is None:
+            raise PgasError(
+                f"step function {getattr(step, '__name__', step)!r} returned None; return the "
+                f"updated state (e.g. 'return u' after u[1:-1] = ...)"
+            )
+        return jax.tree.map(_as_array, out, is_leaf=lambda x: isinstance(x, View))
+
+    return wrapped
+
+
+def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None) -> State:
+    """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
+
+    The extended blocks are held behind an optimization barrier, so that XLA
+    builds them once and the sub-steps read only them. ``anchor`` is a zero
+    tied to the loop counter (see :class:`pgas.GlobalArray`).
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        blocks, ext = blocks_of(g)
+        if any(ext):
+            raise PgasError("internal: frames() takes fields without halo")
+        for axis, h in enumerate(halo[: lay.ndim]):
+            if h:
+                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
+                                lay.block_iota(axis))  # fmt: skip
+        return GlobalArray(jax.lax.optimization_barrier(blocks), lay, tuple(halo[: lay.ndim]),
+                           anchor)  # fmt: skip
+
+    return jax.tree.map(one, state, is_leaf=_is_array)
+
+
+def cores(state: State) -> State:
+    """Every field's own cells, in the blocks form without halo."""
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        return GlobalArray(lay.to_blocks(physical_of(g)), lay, (0,) * lay.ndim)
+
+    return jax.tree.map(one, state, is_leaf=_is_array)
+
+
+def blocks(state: State) -> State:
+    """Every field in its blocks form without halo (what the loop carries)."""
+    return jax.tree.map(lambda g: GlobalArray(blocks_of(g)[0], g.layout, (0,) * g.layout.ndim),
+                        state, is_leaf=_is_array)  # fmt: skip
+
+
+def physical(state: State) -> State:
+    """Every field in its physical form (what users hold)."""
+    return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
+
+
+def group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
+    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
+
+    def group(state, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        s = frames(state, tuple(k * w for w in widths), anchor)
+        for _ in range(k):
+            s = body(s)
+        return cores(s)
+
+    return group
+
+
+def group_program(step: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
+    """One exchange and ``k`` steps, physical state in and out (what comm_report compiles)."""
+    run_group = group(step_fn(step), widths, k)
+    return lambda state: physical(run_group(blocks(state)))
