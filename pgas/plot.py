@@ -18,8 +18,9 @@ Contract:
   (200) evenly spaced snapshots, always the first and the last.
 * Files are written to a hidden temporary sibling and renamed into place.
 
-Errors are :class:`PlotError` (a ``ValueError``) naming the parameter, the
-value and the fix. This module depends on NumPy, xarray and Matplotlib only.
+Errors are :class:`PlotError` (a :class:`pgas.errors.PgasError`, so a
+``ValueError``) naming the parameter, the value and the fix. This module
+depends on NumPy, xarray, Matplotlib and :mod:`pgas.errors` only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from matplotlib.animation import PillowWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pgas.errors import PgasError
+
 __all__ = ["PlotError", "heat_plot", "life_gif", "life_png"]
 
 MAX_SIDE = 512
@@ -47,7 +50,7 @@ _LABEL_PX = 22  # height of the text strip above a board, in pixels
 _DPI = 100
 
 
-class PlotError(ValueError):
+class PlotError(PgasError):
     """Data of the wrong shape, a bad option, or an unusable output path."""
 
 
