@@ -374,7 +374,8 @@ class SnapshotWriter:
             commit = self._uncommitted if self.group.rank == 0 else None
             self._uncommitted = (index, int(step), values)
         else:  # process 0 has the whole snapshot: written and committed at once
-            job = (self._store.append, index, int(step), values, self._gathered(field, pieces))
+            full = self._gathered(field, pieces)
+            job = (self._store.append, index, int(step), values, full) if self._store else None
         self._pending = self._executor.submit(_run_job, commit, self._store, job)
         self.count += 1
 
@@ -466,7 +467,7 @@ def _run_job(commit, store, job) -> None:
     """Background work of one snapshot: commit the previous one (process 0), write this one."""
     if commit is not None:
         store.commit(*commit)
-    if store is not None:
+    if job is not None:
         function, *args = job
         function(*args)
 
