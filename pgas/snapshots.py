@@ -347,7 +347,8 @@ class SnapshotWriter:
         Args:
             step: the step number of the snapshot (increasing).
             field: a ``pgas.GlobalArray`` (its addressable blocks are written),
-                or this process's NumPy block with ``region``.
+                this process's NumPy block with ``region``, or a list of
+                ``(region, block)`` pairs (several blocks of this process).
             diagnostics: ``{name: value}`` for every name given to :meth:`open`
                 (global values; process 0's are stored).
             region: the block's global slices in stored values (e.g.
@@ -358,7 +359,9 @@ class SnapshotWriter:
         """
         self._check_open()
         values = self._diagnostics(diagnostics)
-        if region is None:
+        if region is None and isinstance(field, (list, tuple)):
+            pieces = [(tuple(r), np.array(b, copy=True)) for r, b in field]
+        elif region is None:
             if not hasattr(field, "layout"):
                 raise SnapshotError(
                     f"field is a {type(field).__name__}; pass a pgas.GlobalArray, or a NumPy "

@@ -24,6 +24,7 @@ import zarr
 
 from pgas.snapshots import (
     Piece,
+    StoreMismatchError,
     StoreSpec,
     check_identity,
     chunk_locks,
@@ -63,8 +64,6 @@ def truncate(spec: StoreSpec, restart_step: int) -> int:
         group = zarr.open_group(spec.path, mode="r+")
         field, time = group[spec.name], group["time"]
     except (KeyError, FileNotFoundError, ValueError) as exc:
-        from pgas.snapshots import StoreMismatchError
-
         raise StoreMismatchError(
             f"{spec.path} is not a snapshot store of field {spec.name!r} ({exc}); choose "
             f"another output path, or delete it to start over"
@@ -73,8 +72,6 @@ def truncate(spec: StoreSpec, restart_step: int) -> int:
                    field.dtype, dict(group.attrs))  # fmt: skip
     arrays = [field, time] + [group[k] for k, _ in spec.diagnostics if k in group]
     if len(arrays) != 2 + len(spec.diagnostics):
-        from pgas.snapshots import StoreMismatchError
-
         raise StoreMismatchError(
             f"{spec.path} lacks diagnostics of {[k for k, _ in spec.diagnostics]}; choose "
             f"another output path, or delete it to start over"

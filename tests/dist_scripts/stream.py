@@ -1,13 +1,14 @@
 """Heat (1-D, Keep edges) streamed to one snapshot store under any launcher.
 
     mpiexec -n P python stream.py OUT.zarr --n N --every K --snapshots S
-        [--dtype float32] [--backend auto|mpi] [--comm] [--ckpt DIR --ckpt-every C
+        [--also OUT2.nc] [--dtype float32] [--backend auto|mpi] [--comm] [--ckpt DIR --ckpt-every C
         [--sleep-after M] [--restart]] [--stats FILE]
 
 Writes S snapshots (steps 0, K, ..., (S-1)*K) of the heat step of tests/stencils.py
 through pgas.snapshots.SnapshotWriter, `pgas.run` computing K steps between writes
 (backend auto), or NumPy + mpi4py halo exchange (backend mpi, blocks written with
-region=grid.block()). `--comm` passes MPI.COMM_WORLD to the writer (JAX path).
+region=grid.block()); --also writes a second store at the same time. `--comm`
+passes MPI.COMM_WORLD to the writer (JAX path).
 With --ckpt a checkpoint is saved every C steps after the write of that step;
 --sleep-after M prints SLEEPING after the M-th write and sleeps (the test kills
 the job); --restart continues from the checkpoint and appends to the store.
@@ -50,6 +51,7 @@ def step(u):
 def parse(argv):
     p = argparse.ArgumentParser()
     p.add_argument("out")
+    p.add_argument("--also")
     p.add_argument("--n", type=int, default=1001)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--every", type=int, default=5)
@@ -64,13 +66,27 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def open_writer(args, chunks, rank, size, start, comm):
-    attrs = {"example": "stream-heat", "processes": size, "start_step": start}
-    return SnapshotWriter.open(
-        args.out, name="u", dims=("x",), shape=(args.n,), dtype=args.dtype, attrs=attrs,
-        chunks=chunks, diagnostics=("total",), restart_step=start if args.restart else None,
-        comm=comm,
-    )  # fmt: skip
+class Writers:
+    """The writers of OUT (and --also), called as one."""
+
+    def __init__(self, args, chunks, size, start, comm):
+        attrs = {"example": "stream-heat", "processes": size, "start_step": start}
+        self.all = [
+            SnapshotWriter.open(
+                path, name="u", dims=("x",), shape=(args.n,), dtype=args.dtype, attrs=attrs,
+                chunks=chunks, diagnostics=("total",),
+                restart_step=start if args.restart else None, comm=comm,
+            )
+            for path in [args.out] + ([args.also] if args.also else [])
+        ]  # fmt: skip
+
+    def write(self, *args, **kwargs):
+        for w in self.all:
+            w.write(*args, **kwargs)
+
+    def close(self):
+        for w in self.all:
+            w.close()
 
 
 def run_auto(args) -> tuple[int, int]:
@@ -87,8 +103,7 @@ def run_auto(args) -> tuple[int, int]:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-    writer = open_writer(args, block_chunks(u.layout.axes), info.process_id,
-                         info.process_count, start, comm)  # fmt: skip
+    writer = Writers(args, block_chunks(u.layout.axes), info.process_count, start, comm)
     tracemalloc.start()
     last = (args.snapshots - 1) * args.every
     for s in range(start, last + 1, args.every):
@@ -111,7 +126,7 @@ def run_mpi(args) -> tuple[int, int]:
     region = grid.block()
     lo, hi = (1 if region[0].start == 0 else 0), (1 if region[0].stop == args.n else 0)
     half, quarter = ext.dtype.type(0.5), ext.dtype.type(0.25)
-    writer = open_writer(args, block_chunks(grid.axes), grid.rank, grid.size, 0, grid.comm)
+    writer = Writers(args, block_chunks(grid.axes), grid.size, 0, grid.comm)
     tracemalloc.start()
     for s in range(0, (args.snapshots - 1) * args.every + 1, args.every):
         for _ in range(args.every if s else 0):
