@@ -189,17 +189,21 @@ class _Group:
 
             self.rank, self.size = jax.process_index(), jax.process_count()
 
-    def agree(self, message: str | None) -> list[str]:
-        """A barrier that also tells every process which processes failed (and why)."""
+    def agree(self, message: str | None, value: int = 0) -> tuple[list[str], int]:
+        """A barrier that tells every process which processes failed (and why), and
+        process 0's ``value``."""
         if self.size == 1:
-            return [message] if message else []
+            return ([message] if message else []), value
         if self.comm is not None:
-            return [f"process {r}: {m}" for r, m in enumerate(self.comm.allgather(message)) if m]
+            everyone = self.comm.allgather((message, value))
+            return [f"process {r}: {m}" for r, (m, _) in enumerate(everyone) if m], everyone[0][1]
         from jax.experimental import multihost_utils
 
-        flags = multihost_utils.process_allgather(np.int32(message is not None))
-        failed = np.flatnonzero(np.asarray(flags).reshape(-1))
-        return [message if r == self.rank else f"process {r}: see its error" for r in failed]
+        rows = multihost_utils.process_allgather(np.array([message is not None, value], np.int64))
+        rows = np.asarray(rows).reshape(self.size, 2)
+        failed = np.flatnonzero(rows[:, 0])
+        notes = [message if r == self.rank else f"process {r}: see its error" for r in failed]
+        return notes, int(rows[0, 1])
 
     def gather(self, pieces: list[Piece], out: np.ndarray | None) -> None:
         """Send every process's decoded pieces to process 0, which assembles them in ``out``."""
@@ -326,7 +330,7 @@ class SnapshotWriter:
                 stored = _prepare(spec, restart_step)
             except (ResultsError, OSError) as exc:
                 error = exc
-        failed = group.agree(str(error) if error else None)
+        failed, stored = group.agree(str(error) if error else None, stored)
         if error is not None:
             raise error
         if failed:
@@ -399,7 +403,7 @@ class SnapshotWriter:
                     self._store.commit(*self._uncommitted)
                 except Exception as exc:  # noqa: BLE001 (reported to every process)
                     message = _describe(exc, self.spec.path)
-            failed = self.group.agree(message)
+            failed, _ = self.group.agree(message)
             if failed:
                 raise SnapshotWriteError(f"committing the last snapshot: {'; '.join(failed)}")
             if self.group.rank == 0 and self.spec.zarr:
@@ -441,7 +445,7 @@ class SnapshotWriter:
             except Exception as exc:  # noqa: BLE001 (reported to every process)
                 message = _describe(exc, self.spec.path)
             self._pending = None
-        failed = self.group.agree(message)
+        failed, _ = self.group.agree(message)
         if failed:
             self._closed = True
             self._executor.shutdown(wait=False)

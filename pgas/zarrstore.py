@@ -99,6 +99,7 @@ class ZarrBlocks:
         self.spec = spec
         self.group = zarr.open_group(spec.path, mode="r+", use_consolidated=False)
         self.field = self.group[spec.name]
+        self.chunks = tuple(self.field.chunks[1:])  # the store's own (a restart may differ)
 
     def _view(self, length: int) -> zarr.Array:
         """The field as if it were ``length`` snapshots long (no metadata is written)."""
@@ -117,7 +118,7 @@ class ZarrBlocks:
     def _partial_chunks(self, region: tuple[slice, ...]) -> list[str]:
         """Keys of the chunks ``region`` touches but does not cover whole (shared chunks)."""
         ranges = []
-        for sl, c, n in zip(region, self.spec.chunks, self.spec.shape, strict=True):
+        for sl, c, n in zip(region, self.chunks, self.spec.shape, strict=True):
             ranges.append([(i, sl.start <= i * c and min((i + 1) * c, n) <= sl.stop)
                            for i in range(sl.start // c, -(-sl.stop // c))])  # fmt: skip
         return [
