@@ -2,7 +2,7 @@
 
 The file has an unlimited ``time`` dimension; the field ``name`` ``(time,
 *dims)`` is chunked one snapshot (or part of one, see
-:func:`pgas.snapshots.nc_chunks`) at a time; ``time`` holds the step numbers;
+:func:`nc_chunks`) at a time; ``time`` holds the step numbers;
 one ``(time,)`` variable per diagnostic. Each snapshot is appended and the file
 closed (flushed) before the next, so a run stopped between two snapshots leaves
 a file that opens. HDF5 is not journaled: a run killed *while* appending can
@@ -11,16 +11,18 @@ leave a file HDF5 cannot open; use ``.zarr`` where that matters.
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from pgas.snapshots import StoreMismatchError, StoreSpec, check_identity, nc_chunks
+from pgas.snapshots import StoreMismatchError, StoreSpec, check_identity
 
-__all__ = ["create", "truncate", "NetcdfFile"]
+__all__ = ["create", "truncate", "NetcdfFile", "nc_chunks"]
 
 
 def _engine_file():
@@ -98,3 +100,16 @@ class NetcdfFile:
             for key, _ in self.spec.diagnostics:
                 f.variables[key][index] = values[key]
             f.variables["time"][index] = step
+
+
+def nc_chunks(shape: Sequence[int], itemsize: int, limit: int = 1 << 26) -> tuple[int, ...]:
+    """HDF5 chunk of one snapshot: the largest axis halved until a chunk is <= ``limit`` bytes.
+
+    >>> nc_chunks((1000, 1000), 8, limit=1 << 20)
+    (1, 250, 500)
+    """
+    chunk = list(shape)
+    while math.prod(chunk) * itemsize > limit:
+        axis = int(np.argmax(chunk))
+        chunk[axis] = (chunk[axis] + 1) // 2
+    return (1, *chunk)

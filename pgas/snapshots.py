@@ -47,21 +47,17 @@ process count), so a restart neither duplicates nor loses a snapshot.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import errno
-import fcntl
-import math
 import os
 import shutil
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pgas.decomposition import BlockAxis
+from pgas.blocks import Piece, Region, block_chunks, decode_piece, host_blocks
 from pgas.io import ResultsError, check_writable, netcdf_safe_attrs
 
 __all__ = [
@@ -73,8 +69,6 @@ __all__ = [
     "host_blocks",
 ]
 
-Region = tuple[slice, ...]
-Piece = tuple[Region, np.ndarray]
 _IDENTITY_ATTRS = ("example", "problem")
 _TIME_CHUNK = 4096
 
@@ -89,87 +83,6 @@ class StoreMismatchError(SnapshotError):
 
 class SnapshotWriteError(SnapshotError):
     """A block or commit that failed to be written (disk full, I/O error, another process)."""
-
-
-def block_chunks(axes: Sequence[BlockAxis], factor: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Chunk shape aligned to a block distribution: ``block * factor`` cells per axis.
-
-    Args:
-        axes: the block distribution per axis (``GlobalArray.layout.axes`` or
-            ``CartGrid.axes``).
-        factor: cells per stored value along each axis when a ``decode``
-            expands values (e.g. ``(1, 64)`` for 64 cells per word); default 1.
-
-    >>> block_chunks([BlockAxis(10, 4)]), block_chunks([BlockAxis(3, 2)], factor=[64])
-    ((3,), (128,))
-    """
-    factor = [1] * len(axes) if factor is None else list(factor)
-    return tuple(a.block * f for a, f in zip(axes, factor, strict=True))
-
-
-def host_blocks(field: Any) -> list[Piece]:
-    """This process's blocks of a ``pgas.GlobalArray`` as ``(global slices, host copy)``.
-
-    Uses ``field.data.addressable_shards`` (one replica of each block) and
-    the layout's block distribution: the padding of a short block is never
-    copied. The copies own their memory (the device buffers may be donated).
-
-    >>> import pgas
-    >>> u = pgas.from_numpy(np.arange(5.0), pgas.make_mesh(devices=1))
-    >>> [(r, b.tolist()) for r, b in host_blocks(u)]
-    [((slice(0, 5, None),), [0.0, 1.0, 2.0, 3.0, 4.0])]
-    """
-    layout = field.layout
-    if field.data.ndim != layout.ndim:
-        raise SnapshotError(
-            f"field has shape {field.shape} with {field.data.ndim - layout.ndim} batch axes; "
-            f"write one snapshot at a time (a field of shape {layout.shape})"
-        )
-    pieces = []
-    for shard in field.data.addressable_shards:
-        if shard.replica_id != 0:
-            continue
-        region, crop = [], []
-        for ax, sl in zip(layout.axes, shard.index, strict=True):
-            b = (sl.start or 0) // ax.block
-            n = ax.length(b)
-            region.append(slice(ax.offset(b), ax.offset(b) + n))
-            crop.append(slice(0, n))
-        if all(r.stop > r.start for r in region):
-            block = np.array(np.asarray(shard.data)[tuple(crop)], copy=True)
-            pieces.append((tuple(region), block))
-    return pieces
-
-
-def decode_piece(
-    piece: Piece, decode: Callable[[np.ndarray], np.ndarray] | None, shape: Sequence[int]
-) -> Piece:
-    """Apply ``decode`` to a block and map its region to cells, cropped at the global edge.
-
-    ``decode`` must expand every stored value to the same number of cells per
-    axis whatever the block (a fixed factor); cells past ``shape`` are dropped.
-
-    >>> unpack = lambda w: np.unpackbits(w, axis=-1, bitorder="little")
-    >>> r, c = decode_piece(((slice(1, 2),), np.array([5], np.uint8)), unpack, (12,))
-    >>> r, c.tolist()
-    ((slice(8, 12, None),), [1, 0, 1, 0])
-    """
-    region, block = piece
-    if decode is None:
-        return piece
-    cells = np.asarray(decode(block))
-    if cells.ndim != block.ndim or any(c % max(b, 1) for c, b in zip(cells.shape, block.shape)):
-        raise SnapshotError(
-            f"decode turned a block of shape {block.shape} into shape {cells.shape}; it must "
-            f"give a whole number of cells per stored value along each axis"
-        )
-    out, crop = [], []
-    for sl, c, b, n in zip(region, cells.shape, block.shape, shape, strict=True):
-        f = c // max(b, 1)
-        start, stop = sl.start * f, min(sl.start * f + c, n)
-        out.append(slice(start, stop))
-        crop.append(slice(0, stop - start))
-    return tuple(out), cells[tuple(crop)]
 
 
 # --------------------------------------------------------------------------
@@ -407,6 +320,8 @@ class SnapshotWriter:
             if failed:
                 raise SnapshotWriteError(f"committing the last snapshot: {'; '.join(failed)}")
             if self.group.rank == 0 and self.spec.zarr:
+                from pgas.zarrstore import lock_dir
+
                 shutil.rmtree(lock_dir(self.spec.path), ignore_errors=True)
         finally:
             self._executor.shutdown(wait=True)
@@ -561,46 +476,3 @@ def check_identity(spec: StoreSpec, name: str, dims, shape, dtype, attrs: Mappin
             f"{spec.path} holds another problem: {what}; choose another output path, or "
             f"delete the store to start over"
         )
-
-
-def lock_dir(path: Path) -> Path:
-    """The directory of a store's chunk locks: ``.<name>.locks`` beside it."""
-    return path.with_name(f".{path.name}.locks")
-
-
-@contextlib.contextmanager
-def chunk_locks(path: Path, keys: Sequence[str]):
-    """Hold exclusive POSIX locks on the chunks ``keys`` of store ``path`` (sorted: no deadlock)."""
-    files = []
-    try:
-        for key in sorted(set(keys)):
-            handle = open(lock_dir(path) / f"{key}.lock", "a+b")  # noqa: SIM115
-            files.append(handle)
-            fcntl.lockf(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        for handle in reversed(files):
-            with contextlib.suppress(OSError):
-                fcntl.lockf(handle, fcntl.LOCK_UN)
-            handle.close()
-
-
-def nc_chunks(shape: Sequence[int], itemsize: int, limit: int = 1 << 26) -> tuple[int, ...]:
-    """HDF5 chunk of one snapshot: the largest axis halved until a chunk is <= ``limit`` bytes.
-
-    >>> nc_chunks((1000, 1000), 8, limit=1 << 20)
-    (1, 250, 500)
-    """
-    chunk = list(shape)
-    while math.prod(chunk) * itemsize > limit:
-        axis = int(np.argmax(chunk))
-        chunk[axis] = (chunk[axis] + 1) // 2
-    return (1, *chunk)
-
-
-@contextlib.contextmanager
-def quiet_zarr():
-    """Silence zarr-python's note that consolidated metadata is not in the v3 spec yet."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Consolidated metadata")
-        yield

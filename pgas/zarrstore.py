@@ -15,25 +15,22 @@ overwritten whole before they are committed, also after a restart.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import itertools
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
-from pgas.snapshots import (
-    Piece,
-    StoreMismatchError,
-    StoreSpec,
-    check_identity,
-    chunk_locks,
-    decode_piece,
-    lock_dir,
-    quiet_zarr,
-)
+from pgas.blocks import Piece, decode_piece
+from pgas.snapshots import StoreMismatchError, StoreSpec, check_identity
 
-__all__ = ["create", "truncate", "ZarrBlocks"]
+__all__ = ["create", "truncate", "ZarrBlocks", "lock_dir", "chunk_locks", "quiet_zarr"]
 
 _TIME_CHUNK = 4096
 
@@ -139,3 +136,33 @@ class ZarrBlocks:
         time.resize((length,))
         time[index] = step
         _consolidate(self.spec)
+
+
+def lock_dir(path: Path) -> Path:
+    """The directory of a store's chunk locks: ``.<name>.locks`` beside it."""
+    return path.with_name(f".{path.name}.locks")
+
+
+@contextlib.contextmanager
+def chunk_locks(path: Path, keys: Sequence[str]):
+    """Hold exclusive POSIX locks on the chunks ``keys`` of store ``path`` (sorted: no deadlock)."""
+    files = []
+    try:
+        for key in sorted(set(keys)):
+            handle = open(lock_dir(path) / f"{key}.lock", "a+b")  # noqa: SIM115
+            files.append(handle)
+            fcntl.lockf(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        for handle in reversed(files):
+            with contextlib.suppress(OSError):
+                fcntl.lockf(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
+@contextlib.contextmanager
+def quiet_zarr():
+    """Silence zarr-python's note that consolidated metadata is not in the v3 spec yet."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata")
+        yield

@@ -18,7 +18,8 @@ import pytest
 import xarray as xr
 
 import pgas
-from pgas import snapshots
+from pgas import blocks, zarrstore
+from pgas.blocks import BlockError
 from pgas.errors import PgasError
 from pgas.io import OutputPathError
 from pgas.snapshots import (
@@ -102,13 +103,13 @@ def test_life_2d_uneven_blocks_share_chunks(tmp_path):
         assert ds["u"].dtype == np.uint8 and ds["u"].encoding["chunks"] == (1, 8, 11)
         for k, t in enumerate([0, 3, 6]):
             np.testing.assert_array_equal(ds["u"].values[k], life_numpy(init(i, j), t))
-    assert not snapshots.lock_dir(path).exists()  # removed by close()
+    assert not zarrstore.lock_dir(path).exists()  # removed by close()
 
 
 def test_no_process_gathers_the_field_for_zarr(tmp_path, monkeypatch):
     """Only the addressable blocks are copied, each of its block's length; no gather."""
     u = heat_field(8, n=1003)
-    pieces = snapshots.host_blocks(u)
+    pieces = blocks.host_blocks(u)
     assert [p[1].size for p in pieces] == list(u.layout.axes[0].lengths)
     assert [p[0][0].start for p in pieces] == list(u.layout.axes[0].offsets)
 
@@ -237,8 +238,8 @@ def test_bad_inputs_are_named(tmp_path):
             out.write(0, np.zeros(4, np.float32), {"n": 1}, region=(slice(0, 4),))
         with pytest.raises(SnapshotError, match="region="):
             out.write(0, np.zeros(4, np.float32), {"m": 1})
-        with pytest.raises(SnapshotError, match="decode"):
-            snapshots.decode_piece(((slice(0, 2),), np.zeros(2)), lambda b: b[:1], (4,))
+        with pytest.raises(BlockError, match="decode"):
+            blocks.decode_piece(((slice(0, 2),), np.zeros(2)), lambda b: b[:1], (4,))
 
 
 # --------------------------------------------------------------------------
@@ -337,8 +338,9 @@ def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
         print(f"process {a['rank']}: peak RSS {a['rss_kib']} -> {b['rss_kib']} KiB, NumPy "
               f"peak {a['traced_peak']} -> {b['traced_peak']} B")  # fmt: skip
         assert grew < 3 * field, (a, b)
-        # what NumPy allocated while streaming: flat too (at most one block more)
-        assert b["traced_peak"] < a["traced_peak"] + field / 2, (a, b)
+        # what NumPy allocated while streaming: flat too (one block more at most: 14 blocks
+        # more if the blocks of every snapshot were kept)
+        assert b["traced_peak"] < a["traced_peak"] + field, (a, b)
     with xr.open_zarr(tmp_path / "m16.zarr") as ds:
         assert ds.sizes["time"] == 16
         assert ds["u"][15].values.tobytes() == expected_heat([30], n)[0].tobytes()
