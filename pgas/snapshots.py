@@ -178,6 +178,7 @@ class SnapshotWriter:
         self._pending: concurrent.futures.Future | None = None
         self._uncommitted: tuple[int, int, dict[str, float]] | None = None
         self._closed = False
+        self._last_step: int | None = None
         if spec.zarr:
             from pgas.zarrstore import ZarrBlocks
 
@@ -275,6 +276,11 @@ class SnapshotWriter:
             SnapshotWriteError: this or an earlier snapshot could not be written.
         """
         self._check_open()
+        if self._last_step is not None and int(step) <= self._last_step:
+            raise SnapshotError(
+                f"step = {step} after step {self._last_step}; snapshots are written in "
+                f"increasing step order (a restart reopens the store with restart_step)"
+            )
         values = self._diagnostics(diagnostics)
         if region is None and isinstance(field, (list, tuple)):
             pieces = [(tuple(r), np.array(b, copy=True)) for r, b in field]
@@ -298,6 +304,7 @@ class SnapshotWriter:
             job = (self._store.append, index, int(step), values, full) if self._store else None
         self._pending = self._executor.submit(_run_job, commit, self._store, job)
         self.count += 1
+        self._last_step = int(step)
 
     def close(self) -> None:
         """Wait for the last snapshot, commit it and release the thread; collective.

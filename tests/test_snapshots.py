@@ -238,6 +238,9 @@ def test_bad_inputs_are_named(tmp_path):
             out.write(0, np.zeros(4, np.float32), {"n": 1}, region=(slice(0, 4),))
         with pytest.raises(SnapshotError, match="region="):
             out.write(0, np.zeros(4, np.float32), {"m": 1})
+        out.write(5, np.zeros(4, np.float32), {"m": 1}, region=(slice(0, 4),))
+        with pytest.raises(SnapshotError, match="increasing step order"):
+            out.write(5, np.zeros(4, np.float32), {"m": 1}, region=(slice(0, 4),))
         with pytest.raises(BlockError, match="decode"):
             blocks.decode_piece(((slice(0, 2),), np.zeros(2)), lambda b: b[:1], (4,))
 
