@@ -26,9 +26,9 @@ Contract:
 * :func:`check_writable` runs the same path checks up front, so a long run
   can fail in its first second instead of at its end.
 
-Errors are :class:`ResultsError` subclasses (``ValueError``) whose messages
-name the parameter, the value and the fix. This module depends on NumPy and
-xarray only, not on the rest of pgas.
+Errors are :class:`ResultsError` subclasses (a :class:`pgas.errors.PgasError`,
+so a ``ValueError``) whose messages name the parameter, the value and the fix.
+This module depends on NumPy, xarray and :mod:`pgas.errors` only.
 
 >>> import numpy as np
 >>> u = np.zeros((3, 8), np.float32)  # 3 snapshots of a 1-D field
@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from pgas.errors import PgasError
+
 __all__ = [
     "DatasetInputError",
     "OutputPathError",
@@ -69,7 +71,7 @@ _DEFAULT_DIMS = {1: ("time", "x"), 2: ("time", "y", "x"), 3: ("time", "z", "y", 
 _ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
 
 
-class ResultsError(ValueError):
+class ResultsError(PgasError):
     """Base class of every error this module raises for a bad input."""
 
 

@@ -18,8 +18,9 @@ Contract:
   (200) evenly spaced snapshots, always the first and the last.
 * Files are written to a hidden temporary sibling and renamed into place.
 
-Errors are :class:`PlotError` (a ``ValueError``) naming the parameter, the
-value and the fix. This module depends on NumPy, xarray and Matplotlib only.
+Errors are :class:`PlotError` (a :class:`pgas.errors.PgasError`, so a
+``ValueError``) naming the parameter, the value and the fix. This module
+depends on NumPy, xarray, Matplotlib and :mod:`pgas.errors` only.
 """
 
 from __future__ import annotations
@@ -38,16 +39,20 @@ from matplotlib.animation import PillowWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pgas.errors import PgasError
+
 __all__ = ["PlotError", "heat_plot", "life_gif", "life_png"]
 
 MAX_SIDE = 512
 MAX_FRAMES = 200
 _MAX_HEATMAP_COLUMNS = 2048
+_MAX_HEATMAP_ROWS = 1024
+_STRIP_BYTES = 1 << 25  # a board is read in strips of about this many bytes
 _LABEL_PX = 22  # height of the text strip above a board, in pixels
 _DPI = 100
 
 
-class PlotError(ValueError):
+class PlotError(PgasError):
     """Data of the wrong shape, a bad option, or an unusable output path."""
 
 
@@ -56,10 +61,39 @@ class PlotError(ValueError):
 # --------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _opened(data: Any, function: str) -> Iterator[Any]:
+    """``data``, or the Dataset of a ``.zarr``/``.nc`` path opened lazily (closed after)."""
+    if not isinstance(data, (str, os.PathLike)):
+        yield data
+        return
+    source = Path(os.fspath(data))
+    suffix = source.suffix.lower()
+    if suffix not in (".zarr", ".nc") or not source.exists():
+        raise PlotError(
+            f"{function}: got the path {os.fspath(data)!r}, which is not an existing .zarr "
+            f"or .nc result; pass a Dataset from pgas.io.to_dataset, an array, or such a path"
+        )
+    if suffix == ".zarr":
+        ds = xr.open_zarr(source, chunks=None)  # lazy: reads only the chunks selected
+    else:
+        ds = xr.open_dataset(source, engine=_netcdf_engine())
+    with ds:
+        yield ds
+
+
+def _netcdf_engine() -> str:
+    try:
+        import h5netcdf  # noqa: F401
+    except ImportError:
+        return "netcdf4"
+    return "h5netcdf"
+
+
 def _field(
     data: Any, var: str | None, times: Sequence[float] | None, function: str
-) -> tuple[np.ndarray, np.ndarray | None, list[np.ndarray], list[str], str]:
-    """(values, steps or None, spatial coordinate values, spatial dim names, var name)."""
+) -> tuple[xr.DataArray, np.ndarray | None, str]:
+    """(the field as a lazy DataArray, steps or None, var name); nothing is loaded yet."""
     if isinstance(data, xr.Dataset):
         if var is None:
             candidates = [k for k, v in data.data_vars.items() if v.ndim > 1]
@@ -77,19 +111,14 @@ def _field(
         data = data[var]
     if isinstance(data, xr.DataArray):
         name = str(data.name) if data.name is not None else (var or "u")
-        dims = [str(d) for d in data.dims]
-        values = np.asarray(data.values)
-        steps = np.asarray(data[dims[0]].values) if dims and dims[0] in data.coords else None
-        coords = [
-            np.asarray(data[d].values) if d in data.coords else np.arange(n)
-            for d, n in zip(dims[1:], values.shape[1:], strict=True)
-        ]
-        return values, steps, coords, dims[1:], name
+        first = data.dims[0] if data.dims else None
+        steps = np.asarray(data[first].values) if first in data.coords else None
+        return data, steps, name
     values = np.asarray(data)
     if values.dtype == object or values.ndim == 0:
         raise PlotError(
             f"{function}: got {type(data).__name__} of dtype {values.dtype}; pass a "
-            f"Dataset from pgas.io.to_dataset or a numeric NumPy array"
+            f"Dataset from pgas.io.to_dataset, a numeric NumPy array, or a .zarr/.nc path"
         )
     steps = None
     if times is not None:
@@ -99,9 +128,17 @@ def _field(
                 f"{function}: times has shape {steps.shape} but data has shape "
                 f"{values.shape}; give one step per snapshot (leading axis)"
             )
-    dims = ["y", "x"][-(values.ndim - 1) :] if values.ndim > 1 else []
-    coords = [np.arange(n) for n in values.shape[1:]]
-    return values, steps, coords, dims, var or "u"
+    dims = (["time", "y", "x"] if values.ndim == 3 else ["time", "x"])[-values.ndim :]
+    if values.ndim > 3:
+        dims = [f"dim_{i}" for i in range(values.ndim)]
+    return xr.DataArray(values, dims=dims), steps, var or "u"
+
+
+def _axis_values(da: xr.DataArray, dim: Any, index: Any) -> np.ndarray:
+    """Coordinate values of ``dim`` at ``index`` (cell indices where there is none)."""
+    if dim in da.coords:
+        return np.asarray(da[dim].isel({dim: index}).values)
+    return np.arange(da.sizes[dim])[index]
 
 
 def _check_path(path: str | os.PathLike[str], function: str, suffixes: tuple[str, ...]) -> Path:
@@ -189,18 +226,26 @@ def heat_plot(
     >>> heat_plot(u, tempfile.mkdtemp() + "/heat.png").name
     'heat.png'
     """
-    values, steps, coords, dims, name = _field(data, var, times, "heat_plot")
-    if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 1:
-        raise PlotError(
-            f"heat_plot draws a 1-D field over time, shape (n_snapshots, n_cells); got "
-            f"shape {values.shape}; use life_png/life_gif for 2-D boards"
-        )
-    target = _check_path(path, "heat_plot", ())
-    steps = np.arange(values.shape[0]) if steps is None else steps
-    x = coords[0]
-    xlabel = dims[0] if dims else "x"
-    k = max(1, math.ceil(values.shape[1] / _MAX_HEATMAP_COLUMNS))
-    shown, shown_x = values[:, ::k].astype(np.float64), x[::k]
+    with _opened(data, "heat_plot") as data:
+        da, steps, name = _field(data, var, times, "heat_plot")
+        if da.ndim != 2 or da.shape[0] < 1 or da.shape[1] < 1:
+            raise PlotError(
+                f"heat_plot draws a 1-D field over time, shape (n_snapshots, n_cells); got "
+                f"shape {da.shape}; use life_png/life_gif for 2-D boards"
+            )
+        target = _check_path(path, "heat_plot", ())
+        # downsample while reading: at most _MAX_HEATMAP_ROWS snapshots (first and last
+        # kept) and every k-th cell, so memory is bounded whatever the run's size
+        rows = _frame_indices(da.shape[0], _MAX_HEATMAP_ROWS)
+        k = max(1, math.ceil(da.shape[1] / _MAX_HEATMAP_COLUMNS))
+        time_dim, x_dim = da.dims
+        thin = da.isel({x_dim: slice(None, None, k)})
+        shown = np.empty((rows.size, thin.shape[1]), np.float64)
+        for j, row in enumerate(rows):  # one snapshot at a time: a store reads its chunks
+            shown[j] = thin.isel({time_dim: int(row)}).values
+        shown_x = _axis_values(da, x_dim, slice(None, None, k))
+    steps = rows if steps is None else steps[rows]
+    xlabel = str(x_dim) if str(x_dim) != "dim_1" else "x"
 
     fig = _new_figure(11.0, 4.2, layout="constrained")
     ax_map, ax_profile = fig.subplots(1, 2, width_ratios=[1.15, 1.0])
@@ -220,8 +265,9 @@ def heat_plot(
     ax_map.set_ylabel("time step")
     ax_map.set_title(f"{name}({xlabel}, t)" + (f"  (every {k}th cell)" if k > 1 else ""))
 
-    ax_profile.plot(x, values[0], "--", color="tab:blue", label=f"initial (step {steps[0]})")
-    ax_profile.plot(x, values[-1], "-", color="tab:red", label=f"final (step {steps[-1]})")
+    initial, final = f"initial (step {steps[0]})", f"final (step {steps[-1]})"
+    ax_profile.plot(shown_x, shown[0], "--", color="tab:blue", label=initial)
+    ax_profile.plot(shown_x, shown[-1], "-", color="tab:red", label=final)
     ax_profile.set_xlabel(xlabel)
     ax_profile.set_ylabel(name)
     ax_profile.set_title("profiles")
@@ -249,6 +295,22 @@ def _pool(board: np.ndarray, k: int) -> np.ndarray:
     padded[:h, :w] = alive
     blocks = padded.reshape(padded.shape[0] // k, k, padded.shape[1] // k, k)
     return blocks.any(axis=(1, 3)).astype(np.uint8)
+
+
+def _read_pooled(board: xr.DataArray, k: int) -> tuple[np.ndarray, int]:
+    """Read a (lazy) 2-D board in strips of rows, max-pooling each by ``k``.
+
+    Memory is bounded by one strip (about ``_STRIP_BYTES``) plus the pooled
+    image, whatever the board's size. Returns (pooled board, population).
+    """
+    h, w = board.shape
+    rows = k * max(1, _STRIP_BYTES // max(1, k * w * board.dtype.itemsize))
+    pooled, population = [], 0
+    for start in range(0, h, rows):
+        strip = np.asarray(board.isel({board.dims[0]: slice(start, start + rows)}).values)
+        population += int(np.count_nonzero(strip))
+        pooled.append(_pool(strip, k))
+    return np.concatenate(pooled), population
 
 
 def _board_figure(shape: tuple[int, int], max_side: int) -> tuple[Figure, Any, Any, int]:
@@ -284,9 +346,9 @@ def _check_max_side(max_side: int, function: str) -> None:
         )
 
 
-def _caption(when: str, board: np.ndarray, k: int) -> str:
+def _caption(when: str, population: int, k: int) -> str:
     text = f"{when}   " if when else ""
-    text += f"population {int(np.count_nonzero(board))}"
+    text += f"population {population}"
     return text + (f"   (max-pooled {k}x{k})" if k > 1 else "")
 
 
@@ -320,19 +382,21 @@ def life_png(
     >>> life_png(board, tempfile.mkdtemp() + "/board.png").name
     'board.png'
     """
-    values, steps, _, _, _ = _field(data, var, times, "life_png")
-    if values.ndim not in (2, 3) or 0 in values.shape:
-        raise PlotError(
-            f"life_png draws a board (y, x) or the last of snapshots (n, y, x); got "
-            f"shape {values.shape}"
-        )
-    _check_max_side(max_side, "life_png")
-    target = _check_path(path, "life_png", ())
-    board = values if values.ndim == 2 else values[-1]
-    when = f"step {steps[-1]}" if (values.ndim == 3 and steps is not None) else ""
-    fig, image, label, k = _board_figure(board.shape, max_side)
-    image.set_data(_pool(board, k))
-    label.set_text(_caption(when, board, k))
+    with _opened(data, "life_png") as data:
+        da, steps, _ = _field(data, var, times, "life_png")
+        if da.ndim not in (2, 3) or 0 in da.shape:
+            raise PlotError(
+                f"life_png draws a board (y, x) or the last of snapshots (n, y, x); got "
+                f"shape {da.shape}"
+            )
+        _check_max_side(max_side, "life_png")
+        target = _check_path(path, "life_png", ())
+        board = da if da.ndim == 2 else da.isel({da.dims[0]: -1})
+        when = f"step {steps[-1]}" if (da.ndim == 3 and steps is not None) else ""
+        fig, image, label, k = _board_figure(board.shape, max_side)
+        pooled, population = _read_pooled(board, k)
+    image.set_data(pooled)
+    label.set_text(_caption(when, population, k))
     with _atomic(target) as tmp:
         fig.savefig(tmp, format=target.suffix.lstrip(".").lower() or "png")
     return target
@@ -384,25 +448,28 @@ def life_gif(
     >>> life_gif(frames, tempfile.mkdtemp() + "/life.gif", fps=5).name
     'life.gif'
     """
-    values, steps, _, _, _ = _field(data, var, times, "life_gif")
-    if values.ndim != 3 or 0 in values.shape:
-        raise PlotError(
-            f"life_gif animates snapshots of boards, shape (n, y, x); got shape "
-            f"{values.shape}; for one board use life_png"
-        )
-    if not isinstance(fps, (int, float, np.number)) or not 0 < fps <= 100:
-        raise PlotError(f"life_gif: fps = {fps!r}; give a frame rate in (0, 100], e.g. 10")
-    if not isinstance(max_frames, (int, np.integer)) or max_frames < 1:
-        raise PlotError(f"life_gif: max_frames = {max_frames!r}; give a positive integer, e.g. 200")
-    _check_max_side(max_side, "life_gif")
-    target = _check_path(path, "life_gif", (".gif",))
-    fig, image, label, k = _board_figure(values.shape[1:], max_side)
-    writer = PillowWriter(fps=fps)
-    with _atomic(target) as tmp:
-        with writer.saving(fig, str(tmp), dpi=_DPI):
-            for i in _frame_indices(values.shape[0], max_frames):
-                image.set_data(_pool(values[i], k))
+    with _opened(data, "life_gif") as data:
+        da, steps, _ = _field(data, var, times, "life_gif")
+        if da.ndim != 3 or 0 in da.shape:
+            raise PlotError(
+                f"life_gif animates snapshots of boards, shape (n, y, x); got shape "
+                f"{da.shape}; for one board use life_png"
+            )
+        if not isinstance(fps, (int, float, np.number)) or not 0 < fps <= 100:
+            raise PlotError(f"life_gif: fps = {fps!r}; give a frame rate in (0, 100], e.g. 10")
+        if not isinstance(max_frames, (int, np.integer)) or max_frames < 1:
+            raise PlotError(
+                f"life_gif: max_frames = {max_frames!r}; give a positive integer, e.g. 200"
+            )
+        _check_max_side(max_side, "life_gif")
+        target = _check_path(path, "life_gif", (".gif",))
+        fig, image, label, k = _board_figure(da.shape[1:], max_side)
+        writer = PillowWriter(fps=fps)
+        with _atomic(target) as tmp, writer.saving(fig, str(tmp), dpi=_DPI):
+            for i in _frame_indices(da.shape[0], max_frames):
+                pooled, population = _read_pooled(da.isel({da.dims[0]: int(i)}), k)
+                image.set_data(pooled)
                 when = f"step {steps[i]}" if steps is not None else f"snapshot {i}"
-                label.set_text(_caption(when, values[i], k))
+                label.set_text(_caption(when, population, k))
                 writer.grab_frame()
     return target

@@ -284,3 +284,12 @@ def test_read_dataset_errors(tmp_path):
         pio.read_dataset(tmp_path / "none.nc")
     with pytest.raises(pio.OutputPathError, match="suffix '.txt'"):
         pio.read_dataset(tmp_path / "none.txt")
+
+
+def test_results_errors_are_pgas_errors(tmp_path):
+    from pgas.errors import PgasError
+
+    for cls in (pio.ResultsError, pio.DatasetInputError, pio.OutputPathError):
+        assert issubclass(cls, PgasError) and issubclass(cls, ValueError)
+    with pytest.raises(PgasError, match="suffix"):
+        pio.check_writable(tmp_path / "run.h5")

@@ -201,3 +201,83 @@ def test_life_gif_errors(tmp_path, name, data, kwargs, words):
         plot.life_gif(data, tmp_path / name, **kwargs)
     assert words in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+# --------------------------------------------------------------------------
+# Pictures of big runs, drawn from a store with bounded memory
+# --------------------------------------------------------------------------
+
+
+def test_plot_error_is_a_pgas_error():
+    from pgas.errors import PgasError
+
+    assert issubclass(plot.PlotError, PgasError)
+    with pytest.raises(PgasError, match="not an existing .zarr or .nc"):
+        plot.heat_plot("missing.zarr", "x.png")
+
+
+def _heat_store(path, snapshots=40, cells=200_000):
+    from pgas.snapshots import SnapshotWriter
+
+    x = np.linspace(0.0, 1.0, cells, dtype=np.float32)
+    with SnapshotWriter.open(path, name="u", dims=("x",), shape=(cells,), dtype="float32",
+                             chunks=(cells // 8,)) as out:  # fmt: skip
+        for t in range(snapshots):
+            out.write(10 * t, np.exp(-((x - 0.5) ** 2) / (0.01 + 0.01 * t)),
+                      region=(slice(0, cells),))  # fmt: skip
+    return snapshots * cells * 4
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+def test_heat_plot_reads_a_store_downsampled(tmp_path, suffix):
+    """A store 16x larger (3.2 -> 51 MB) costs the picture (Matplotlib's buffers included)
+    less than 8 MB more memory: it is read one snapshot and every k-th cell at a time."""
+    import tracemalloc
+
+    peaks = {}
+    for snapshots, cells in ((8, 100_000), (32, 400_000)):
+        path = tmp_path / f"h{cells}{suffix}"
+        size = _heat_store(path, snapshots, cells)
+        tracemalloc.start()
+        try:
+            plot.heat_plot(path, tmp_path / "h.png")
+            peaks[size] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    (small, p_small), (large, p_large) = sorted(peaks.items())
+    assert large - small > 45e6 and p_large - p_small < 8e6, peaks
+    with xr.open_zarr(path, chunks=None) if suffix == ".zarr" else xr.open_dataset(path) as ds:
+        plot.heat_plot(ds, tmp_path / "h2.png")  # a lazily opened Dataset
+    assert Image.open(tmp_path / "h2.png").format == "PNG"
+
+
+def test_life_pictures_read_a_store_in_strips(tmp_path, monkeypatch):
+    """Boards of 1024**2 instead of 256**2 (6 snapshots: 6 MB instead of 0.4 MB) cost the GIF
+    and PNG less than half a board more memory: boards are read in strips and pooled."""
+    import tracemalloc
+
+    from pgas.snapshots import SnapshotWriter
+
+    monkeypatch.setattr(plot, "_STRIP_BYTES", 1 << 16)
+    rng, n, peaks = np.random.default_rng(0), 6, {}
+    for side in (256, 1024):
+        path = tmp_path / f"life{side}.zarr"
+        with SnapshotWriter.open(path, name="board", dims=("y", "x"), shape=(side, side),
+                                 dtype="uint8", chunks=(64, side)) as out:  # fmt: skip
+            for t in range(n):
+                board = (rng.random((side, side)) < 0.001).astype(np.uint8)
+                out.write(t, board, region=(slice(0, side), slice(0, side)))
+        tracemalloc.start()
+        try:
+            plot.life_gif(path, tmp_path / "l.gif", max_side=128)
+            plot.life_png(path, tmp_path / "l.png", max_side=128)
+            peaks[side] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peaks[1024] - peaks[256] < 1024 * 1024 / 2, peaks
+    gif = Image.open(tmp_path / "l.gif")
+    assert gif.n_frames == n and max(gif.size) <= 600
+    with xr.open_zarr(path) as ds:  # the strips add up to the right picture and population
+        pooled, population = plot._read_pooled(ds["board"].isel(time=-1), 8)
+    assert population == int(board.sum())
+    np.testing.assert_array_equal(pooled, plot._pool(board, 8))
