@@ -10,6 +10,7 @@ total heat or population.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -26,20 +27,23 @@ from pgas.lower import physical_of
 __all__ = ["sum", "min", "max", "mean"]
 
 
-def _reduce(array: GlobalArray, local: Callable, collective: Callable, fill) -> jax.Array:
-    """Reduce each device's real cells, then one collective over the array's mesh axes."""
-    if not isinstance(array, GlobalArray):
-        raise LayoutError(f"expected a pgas.GlobalArray, got {type(array).__name__}")
-    lay = array.layout
-    names = tuple(s for s in lay.spec if s is not None)
+_KINDS = {"sum": (jnp.sum, jax.lax.psum), "min": (jnp.min, jax.lax.pmin),
+          "max": (jnp.max, jax.lax.pmax)}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _reducer(layout, kind: str, fill) -> Callable:
+    """The compiled reduction of one layout (cached: an eager call compiles once, not per call)."""
+    local, collective = _KINDS[kind]
+    names = tuple(s for s in layout.spec if s is not None)
 
     def per_device(block):
-        if not lay.even:
+        if not layout.even:
             numbers = [jnp.zeros((), jnp.int32) if s is None else jax.lax.axis_index(s)
-                       for s in lay.spec]  # fmt: skip
+                       for s in layout.spec]  # fmt: skip
             mask = None
-            for axis in range(lay.ndim):
-                v = lay.valid(axis, numbers[axis])
+            for axis in range(layout.ndim):
+                v = layout.valid(axis, numbers[axis])
                 if v is not None:
                     mask = v if mask is None else mask & v
             mask = mask.reshape(mask.shape[1::2])
@@ -47,8 +51,15 @@ def _reduce(array: GlobalArray, local: Callable, collective: Callable, fill) -> 
         value = local(block)
         return collective(value, names) if names else value
 
-    return shard_map(per_device, mesh=lay.mesh, in_specs=PartitionSpec(*lay.spec),
-                     out_specs=PartitionSpec())(physical_of(array))  # fmt: skip
+    return jax.jit(shard_map(per_device, mesh=layout.mesh, in_specs=PartitionSpec(*layout.spec),
+                             out_specs=PartitionSpec()))  # fmt: skip
+
+
+def _reduce(array: GlobalArray, kind: str, fill) -> jax.Array:
+    """Reduce each device's real cells, then one collective over the array's mesh axes."""
+    if not isinstance(array, GlobalArray):
+        raise LayoutError(f"expected a pgas.GlobalArray, got {type(array).__name__}")
+    return _reducer(array.layout, kind, fill)(physical_of(array))
 
 
 def sum(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -58,7 +69,7 @@ def sum(array: GlobalArray) -> jax.Array:  # noqa: A001
     >>> int(pgas.sum(pgas.from_numpy(np.ones(5, np.uint8), pgas.make_mesh(devices=1))))
     5
     """
-    return _reduce(array, jnp.sum, jax.lax.psum, 0)
+    return _reduce(array, "sum", 0)
 
 
 def min(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -70,7 +81,7 @@ def min(array: GlobalArray) -> jax.Array:  # noqa: A001
     """
     dt = np.dtype(array.dtype)
     top = np.inf if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max)
-    return _reduce(array, jnp.min, jax.lax.pmin, top)
+    return _reduce(array, "min", top)
 
 
 def max(array: GlobalArray) -> jax.Array:  # noqa: A001
@@ -82,7 +93,7 @@ def max(array: GlobalArray) -> jax.Array:  # noqa: A001
     """
     dt = np.dtype(array.dtype)
     bottom = -np.inf if dt.kind == "f" else (False if dt.kind == "b" else np.iinfo(dt).min)
-    return _reduce(array, jnp.max, jax.lax.pmax, bottom)
+    return _reduce(array, "max", bottom)
 
 
 def mean(array: GlobalArray) -> jax.Array:
