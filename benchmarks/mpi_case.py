@@ -126,6 +126,7 @@ def main() -> None:
                                                pgas.Periodic())  # fmt: skip
                         sec, msgs, byts = res.seconds, res.messages_per_step, res.bytes_per_step
                         final = res.field
+                        rec["steps_per_exchange"] = res.steps_per_exchange
                     else:
                         if heat:
                             sec, m, b, _ = handwritten_heat(size, dtype, a.steps, comm)

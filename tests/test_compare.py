@@ -24,23 +24,24 @@ def _heat_reference(n):
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_heat_mpi_ranks_bitwise(ranks):
-    r = run_mpi(f"{PROBLEMS}:heat", 20, ranks, n=1001)
+    r = run_mpi(f"{PROBLEMS}:heat", 20, ranks, steps_per_exchange=4, n=1001)
     np.testing.assert_array_equal(r.field, _heat_reference(1001))
-    k = r.steps_per_exchange  # k-wide halos every k steps: fewer messages, the same bytes
-    assert r.messages_per_step == 2 * (ranks - 1) / k and r.bytes_per_step == 8 * (ranks - 1)
+    # 4-wide halos every 4 steps: a quarter of the messages, the same bytes
+    assert r.steps_per_exchange == 4
+    assert r.messages_per_step == 2 * (ranks - 1) / 4 and r.bytes_per_step == 8 * (ranks - 1)
 
 
 def test_compare_three_backends_heat():
-    results = compare(f"{PROBLEMS}:heat", 20, devices=4, n=1001)
+    results = compare(f"{PROBLEMS}:heat", 20, devices=4, steps_per_exchange=4, n=1001)
     assert [r.backend for r in results] == ["auto", "explicit", "mpi"]
     assert len({r.checksum for r in results}) == 1
     np.testing.assert_array_equal(results[2].field, _heat_reference(1001))
     auto, expl, mpi = results
     # 3 of 4 devices send a 4 B cell each way per step: nothing crosses the fixed ends, as in MPI
     assert auto.bytes_per_step == expl.bytes_per_step == mpi.bytes_per_step == 2 * 3 * 4
-    k = auto.steps_per_exchange
-    assert auto.messages_per_step == expl.messages_per_step == 6 / k
-    assert mpi.messages_per_step == 6 / mpi.steps_per_exchange and auto.ideal_bytes_per_step == 8
+    assert auto.steps_per_exchange == expl.steps_per_exchange == mpi.steps_per_exchange == 4
+    assert auto.messages_per_step == expl.messages_per_step == mpi.messages_per_step == 6 / 4
+    assert auto.ideal_bytes_per_step == 8
     table = format_table(results)
     assert table.count(" yes") == 3 and "NO" not in table
 

@@ -138,13 +138,16 @@ def test_comm_report_one_word_halo_per_side():
     p = packed.problem("64x256")  # words (64, 4): blocks of 32 rows x 2 words on a 2x2 mesh
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     g = pgas.from_function(p.init, p.shape, mesh, dtype=p.dtype, boundary=p.boundary)
-    report = pgas.comm_report(p.step, g, loop=True)
+    report = pgas.comm_report(p.step, g, loop=True, steps_per_exchange=1)
     assert report.gathers == 0 and report.count("all-gather") == 0
     assert report.count("collective-permute") == 4
     # rows: 2 sides x 1 row x 2 words x 8 B; words: 2 sides x 1 word x (32 + 2) rows x 8 B
     assert report.ideal_bytes == 2 * 2 * 8 + 2 * 34 * 8
     assert report.bytes("collective-permute") == report.ideal_bytes
     assert report.ratio == 1.0
+    deep = pgas.comm_report(p.step, g, loop=True, steps_per_exchange=2)  # a halo of 2 words
+    assert deep.per_exchange("collective-permute") == 4 and deep.count("collective-permute") == 2
+    assert deep.ratio == 1.0 and deep.gathers == 0
 
 
 # ---- errors -------------------------------------------------------------------------------
