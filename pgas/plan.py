@@ -3,22 +3,43 @@
 :func:`plan` traces a global-view step once (nothing runs) and tells
 :func:`pgas.run` and :func:`pgas.comm_report` how it will be compiled: the
 halo width the step reads across each axis, how many physical steps run per
-halo exchange (*deep halos*, ``k``) and per loop iteration (``m``).
+halo exchange (*deep halos*, ``k``); one loop iteration runs one exchange and
+its ``k`` steps (so ``k`` is also the steps per iteration ``m`` of a GPU loop).
 
 Deep halos. One exchange of a halo ``k`` times the stencil's width, then ``k``
 steps on the extended blocks: every sub-step recomputes a shrinking rim of
 halo cells instead of receiving them, and each block's own cells come out
 bitwise equal to ``k`` single steps. A loop iteration then pays one
-synchronisation per ``k`` steps, and on XLA CPU the ``k`` sub-steps fuse into
-one pass over memory, so a memory-bound stencil runs above the copy roofline.
+synchronisation per ``k`` steps, and on XLA CPU up to three sub-steps of a
+3-point stencil fuse into one pass over memory.
 
-:func:`choose_steps_per_exchange` picks ``k`` (see its docstring for the
-model); it is shared by the automatic, explicit and MPI paths.
+:func:`choose_steps_per_exchange` picks ``k``; it is shared by the
+automatic, explicit and MPI paths. The model behind ``"auto"`` (:func:`model`),
+from what XLA compiles and what we measured on the 2-core CI machine
+(benchmarks/README.md, "Deep halos"):
+
+- A group of ``k`` steps costs one exchange and loop iteration (a fixed
+  synchronisation, tens of microseconds with several devices), one pass to
+  build the extended block, and the sub-steps. XLA CPU fuses a chain of
+  sub-steps only while no value is recomputed more than 15 times
+  (``kAllowedCodeDuplication``): three sub-steps of a 3-point stencil (3**2 = 9)
+  share one pass, a 9-point stencil gets one pass per sub-step.
+- So for a reach along one axis ``k = 16`` (about 6 passes per 16 steps
+  instead of 32 at ``k = 1``); for 2-D and 3-D stencils ``k = 1`` on large
+  blocks, where a pass per sub-step plus the rims makes deep halos a loss;
+  and on small blocks (``<= 2**16`` cells per device) where the fixed cost
+  dominates, ``k = 16`` (1-D) or ``8``.
+- ``k`` never exceeds what the smallest block holds (``block // width``).
+- On a GPU (not measured here) every loop iteration costs about 20 us
+  (FACTS.md) and each sub-step is its own kernel, so ``k = 8`` amortises
+  the iteration on blocks up to ``2**22`` cells and ``k = 2`` beyond; L2 and
+  shared-memory tiling of the sub-steps would be the next lever there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from collections.abc import Sequence
 
@@ -26,9 +47,17 @@ from pgas.array import GlobalArray
 from pgas.errors import PgasError
 from pgas.frames import frames, step_fn
 
-__all__ = ["choose_steps_per_exchange", "check_steps_per_exchange"]
+__all__ = [
+    "Plan",
+    "Choice",
+    "plan",
+    "model",
+    "choose_steps_per_exchange",
+    "check_steps_per_exchange",
+]
 
 AUTO = "auto"
+SMALL_BLOCK = 2**16  # cells per device below which a step costs its synchronisation, not bytes
 
 
 def check_steps_per_exchange(value: object, name: str = "steps_per_exchange") -> int | str:
@@ -57,6 +86,25 @@ class Choice:
     steps_per_exchange: int
     requested: int | str
     note: str = ""
+
+
+def model(min_block: Sequence[int], widths: Sequence[int], reads: int, platform: str) -> int:
+    """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
+
+    >>> model((2**22,), (1,), 3, "cpu"), model((4096, 4096), (1, 1), 9, "cpu")
+    (16, 1)
+    >>> model((128, 128), (1, 1), 9, "cpu"), model((1001,), (1,), 3, "gpu")
+    (8, 8)
+    """
+    cells = math.prod(min_block)
+    axes = sum(w > 0 for w in widths)
+    if platform == "gpu":  # every loop iteration costs ~20 us; each sub-step is its own pass
+        return 8 if cells <= 2**22 else 2
+    if cells <= SMALL_BLOCK:  # latency-bound: one synchronisation per k steps
+        return 8 if axes > 1 else 16
+    if axes <= 1:  # a 1-D reach: XLA fuses up to 3 sub-steps into one pass
+        return 16
+    return 1  # 9- and 27-point stencils: one pass per sub-step anyway, rims cost extra
 
 
 def choose_steps_per_exchange(
@@ -89,7 +137,7 @@ def choose_steps_per_exchange(
     requested = check_steps_per_exchange(requested)
     fit = min((b // w for b, w in zip(min_block, widths) if w), default=None)
     if requested == AUTO:
-        k = 1 if fit is None else max(1, min(8, fit))
+        k = 1 if fit is None else max(1, min(model(min_block, widths, reads, platform), fit))
         return Choice(k, requested)
     if fit is None or requested <= fit:
         return Choice(requested, requested)
@@ -208,5 +256,5 @@ def _trace(step, state, requested) -> Plan:
     platform = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
     choice = choose_steps_per_exchange(requested, probe, widths, itemsize, reads, platform)
     k = choice.steps_per_exchange
-    return Plan(tuple(widths), choice, tuple(k * w for w in widths), 2 * k, reads, itemsize,
+    return Plan(tuple(widths), choice, tuple(k * w for w in widths), k, reads, itemsize,
                 platform)  # fmt: skip
