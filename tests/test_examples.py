@@ -101,8 +101,8 @@ def test_heat1d_end_to_end_mpi(tmp_path):
     out, png = tmp_path / "heat.nc", tmp_path / "heat.png"
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(HEAT), "--backend", "mpi", "--n", "1001",
            "--steps", "100", "--init", "random", "--seed", "3", "--dtype", "float64",
-           "--steps-per-exchange", "4", "--out", str(out), "--plot", str(png), "--json",
-           "--quiet"]  # fmt: skip
+           "--steps-per-exchange", "4", "--snapshot-every", "20", "--out", str(out),
+           "--plot", str(png), "--json", "--quiet"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
     lines = [x for x in proc.stdout.splitlines() if x.strip()]
@@ -110,6 +110,7 @@ def test_heat1d_end_to_end_mpi(tmp_path):
     d = json.loads(lines[0])
     assert d["checksum"] == checksum(heat_numpy(H.initial(1001, "random", seed=3), 100))
     assert d["processes"] == 2 and d["mesh"] == {"x": 2}
+    # groups of 4 steps end on the snapshot steps (every 20): one exchange, 2 messages, per group
     assert d["steps_per_exchange"] == 4 and d["comm"]["messages_per_step"] == 2 / 4
     with xr.open_dataset(out) as ds:
         _check_common(d, ds, "mpi", 100, (1001,))

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from pgas.array import GlobalArray
+from pgas.blocks import host_blocks
 from pgas.checkpoint.store import (
     FORMAT,
     FORMAT_VERSION,
@@ -31,20 +32,6 @@ from pgas.checkpoint.store import (
 from pgas.problem import checksum
 
 __all__ = ["save"]
-
-
-def _logical_blocks(arr: GlobalArray):
-    """(offset, local logical data) of each distinct block this process owns."""
-    lay = arr.layout
-    for shard in arr.data.addressable_shards:
-        if shard.replica_id != 0:
-            continue
-        offset, sel = [], []
-        for ax, sl in zip(lay.axes, shard.index, strict=True):
-            b = (sl.start or 0) // ax.block
-            offset.append(ax.offset(b))
-            sel.append(slice(0, ax.length(b)))
-        yield tuple(offset), np.asarray(shard.data)[tuple(sel)]
 
 
 def _tmp_name(step: int) -> str:
@@ -156,7 +143,8 @@ def _write_blocks(tmp: Path, arrays: list[GlobalArray]) -> CheckpointError | Non
     try:
         for i, arr in enumerate(arrays):
             (tmp / f"f{i}").mkdir(exist_ok=True)
-            for offset, block in _logical_blocks(arr):
+            for region, block in host_blocks(arr):
+                offset = tuple(r.start for r in region)
                 name = f"f{i}/b-{'_'.join(map(str, offset))}.npy"
                 with open(tmp / name, "wb") as f:
                     np.save(f, block, allow_pickle=False)
