@@ -36,7 +36,7 @@ def test_expressions_keep_shape_and_dtype():
     v = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
     assert isinstance(v, Op) and isinstance(u[1:], Leaf) and v.shape == (6,)
     assert v.dtype == np.float32 and (u[1:] > 2).dtype == np.bool_
-    assert (2 * u).weak is False and len(v.leaves()) == 4
+    assert (2 * u).weak is False and len(v.leaves()) == 3
     with pytest.raises(pgas.ShapeMismatchError, match="shapes"):
         u[1:] + u[2:]
     with pytest.raises(pgas.IndexingError, match="slice the array, not an expression"):
@@ -60,7 +60,8 @@ def test_shift_composes_and_reads_the_boundary():
 def test_where_apply_astype_and_operands():
     u = _array(5)
     u[...] = pgas.where(u > 2, pgas.apply(jnp.sqrt, u * 4), u.astype("float32"))
-    np.testing.assert_array_equal(u.to_numpy(), [0, 1, 2, 2 * np.sqrt(3), 4])
+    expected = np.where(np.arange(5) > 2, np.sqrt(np.arange(5, dtype=np.float32) * 4), np.arange(5))
+    np.testing.assert_array_equal(u.to_numpy(), expected.astype(np.float32))
     with pytest.raises(pgas.IndexingError, match="cannot combine a pgas view with ndarray"):
         u + np.ones(5)
     assert isinstance(u.as_view(), View) and repr(u[1:]) == "View(shape=(4,), dtype=float32)"
