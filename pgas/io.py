@@ -160,6 +160,29 @@ def _one_d(values: Any, parameter: str, length: int, what: str) -> np.ndarray:
     return array
 
 
+def _all_dims(data: np.ndarray, dims: Sequence[str] | None) -> tuple[str, ...]:
+    """Every dimension name of ``fields`` (time first), from ``dims`` or the defaults."""
+    if dims is None:
+        if data.ndim - 1 not in _DEFAULT_DIMS:
+            raise DatasetInputError(
+                f"fields has {data.ndim - 1} spatial axes (shape {data.shape}); default "
+                f"dims exist for 1 to 3; pass dims=(...) with {data.ndim} names"
+            )
+        all_dims = _DEFAULT_DIMS[data.ndim - 1]
+    else:
+        given = tuple(str(d) for d in dims)
+        if len(given) == data.ndim - 1:
+            given = ("time", *given)
+        if len(given) != data.ndim or len(set(given)) != len(given):
+            raise DatasetInputError(
+                f"dims = {tuple(dims)!r} does not name the {data.ndim} axes of fields "
+                f"(shape {data.shape}) once each; give {data.ndim} distinct names, or "
+                f"{data.ndim - 1} spatial ones"
+            )
+        all_dims = given
+    return all_dims
+
+
 def to_dataset(
     fields: Any,
     times: Sequence[int] | np.ndarray,
@@ -211,24 +234,7 @@ def to_dataset(
             f"fields has shape {data.shape}; to_dataset needs a leading snapshot axis, "
             f"shape (n_snapshots, *space): for one snapshot pass field[None]"
         )
-    if dims is None:
-        if data.ndim - 1 not in _DEFAULT_DIMS:
-            raise DatasetInputError(
-                f"fields has {data.ndim - 1} spatial axes (shape {data.shape}); default "
-                f"dims exist for 1 to 3; pass dims=(...) with {data.ndim} names"
-            )
-        all_dims = _DEFAULT_DIMS[data.ndim - 1]
-    else:
-        given = tuple(str(d) for d in dims)
-        if len(given) == data.ndim - 1:
-            given = ("time", *given)
-        if len(given) != data.ndim or len(set(given)) != len(given):
-            raise DatasetInputError(
-                f"dims = {tuple(dims)!r} does not name the {data.ndim} axes of fields "
-                f"(shape {data.shape}) once each; give {data.ndim} distinct names, or "
-                f"{data.ndim - 1} spatial ones"
-            )
-        all_dims = given
+    all_dims = _all_dims(data, dims)
     time_dim, space_dims = all_dims[0], all_dims[1:]
     n_snapshots = data.shape[0]
 
