@@ -38,8 +38,8 @@ MODES = {
         overhead=[], demo=False,
     ),
     "quick": dict(
-        heat=[(2**16, [1]), (2**22, [1, 2])], life=[(1024, [1])], ks="1,2,4,8,16,auto",
-        steps=32, repeats=3, overhead=[2, 4], demo=True,
+        heat=[(2**16, [1]), (2**24, [1]), (2**22, [2])], life=[(256, [4]), (2048, [1])],
+        ks="1,2,4,8,16,auto", steps=64, repeats=5, overhead=[2, 4], demo=True,
     ),
     "full": dict(
         heat=[(2**16, [1]), (2**20, [1]), (2**24, [1, 2, 4]), (1001, [4])],
@@ -210,6 +210,9 @@ def main(argv=None) -> None:
     if a.out:
         with open(a.out, "w") as fh:
             fh.write(text)
+        import plots
+
+        res["plot"] = plots.deep_halo_plot(res, os.path.dirname(os.path.abspath(a.out)))
     print(text)
 
 

@@ -100,3 +100,39 @@ def scaling_plots(res: dict, outdir: str) -> list[str]:
         plt.close(fig)
         files.append(f)
     return files
+
+
+def deep_halo_plot(sweep: dict, outdir: str) -> str:
+    """Time per physical step against k (steps per exchange), one panel per configuration."""
+    runs = [r for r in sweep["runs"] if "results" in r and r["results"]]
+    fig, axes = plt.subplots(1, max(len(runs), 1), figsize=(3.6 * max(len(runs), 1), 3.6),
+                             squeeze=False)  # fmt: skip
+    for ax, r in zip(axes[0], runs):
+        for backend, marker in (("auto", "o"), ("explicit", "s")):
+            rows = sorted((x for x in r["results"] if x["backend"] == backend
+                           and x["requested"] != "auto"), key=lambda x: x["k"])  # fmt: skip
+            ax.plot([x["k"] for x in rows],
+                    [1e6 * x["seconds_median"] / r["steps"] for x in rows],
+                    marker=marker, label=backend)  # fmt: skip
+            auto = [x for x in r["results"] if x["backend"] == backend and x["requested"] == "auto"]
+            if auto:
+                ax.plot(
+                    [auto[0]["k"]],
+                    [1e6 * auto[0]["seconds_median"] / r["steps"]],
+                    "k*",
+                    markersize=12,
+                    label=f"{backend}: auto" if backend == "auto" else None,
+                )
+        copy = 1e6 * r["cells"] / r["copy_cells_per_s"]
+        ax.axhline(copy, color="grey", ls="--", label="same-size copy")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("k (steps per exchange)")
+        ax.set_title(f"{r['stencil']} {r['size']}, {r['devices']} dev", fontsize=9)
+    axes[0][0].set_ylabel("us per physical step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(outdir, "deep_halo.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
