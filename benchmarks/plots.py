@@ -104,7 +104,7 @@ def scaling_plots(res: dict, outdir: str) -> list[str]:
 
 def deep_halo_plot(sweep: dict, outdir: str) -> str:
     """Time per physical step against k (steps per exchange), one panel per configuration."""
-    runs = [r for r in sweep["runs"] if "results" in r and r["results"]]
+    runs = [r for r in sweep["runs"] if "results" in r and len({x["k"] for x in r["results"]}) > 1]
     fig, axes = plt.subplots(1, max(len(runs), 1), figsize=(3.6 * max(len(runs), 1), 3.6),
                              squeeze=False)  # fmt: skip
     for ax, r in zip(axes[0], runs):
