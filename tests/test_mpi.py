@@ -402,10 +402,10 @@ def test_deep_halo_messages_fall_by_k():
     assert meta["heat_f32_keep@1"]["messages_per_step"] == 6
     assert meta["heat_f32_keep@3"]["messages_per_step"] == 6 / 3  # 20 exchanges
     assert meta["heat_f32_keep@3"]["bytes_per_step"] == 24.0  # 3 cells wide, every 3 steps
-    # auto: k = 8 (250-cell blocks), 7 exchanges of 8 cells and one of 4 in 60 steps
-    assert meta["heat_f32_keep@auto"]["steps_per_exchange"] == 8
-    assert meta["heat_f32_keep@auto"]["messages_per_step"] == 6 * 8 / 60
-    assert meta["heat_f32_keep@auto"]["bytes_per_step"] == 6 * 4 * (7 * 8 + 4) / 60
+    # auto: k = 16 (250-cell blocks), 3 exchanges of 16 cells and one of 12 in 60 steps
+    assert meta["heat_f32_keep@auto"]["steps_per_exchange"] == 16
+    assert meta["heat_f32_keep@auto"]["messages_per_step"] == 6 * 4 / 60
+    assert meta["heat_f32_keep@auto"]["bytes_per_step"] == 6 * 4 * (3 * 16 + 12) / 60
     lowered = meta["wide_keep@1000"]  # 203 cells over 4 ranks: 50-cell blocks, halo 2
     assert lowered["steps_per_exchange"] == 25
     assert "lowered from 1000 to 25" in lowered["note"]

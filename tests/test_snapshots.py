@@ -322,17 +322,20 @@ def test_sigkill_then_restart_on_other_process_count(tmp_path):
 @needs_mpiexec
 @pytest.mark.slow
 def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
-    """An 8 MB field on 2 processes: 16 snapshots instead of 2 add less than 3 fields
-    (24 MB) to the peak RSS of every process; holding each snapshot's block would add 14
-    blocks (56 MB), gathering them 14 fields. MALLOC_ARENA_MAX=1 keeps glibc's
-    per-thread arenas (a fixed cost, not growth) out of the comparison."""
-    n, field = 2_000_003, 2_000_003 * 4
+    """A 16 MB field on 2 processes: 16 snapshots instead of 2 add less than 3 fields
+    (48 MB) to the peak RSS of every process; holding each snapshot's block would add 14
+    blocks (112 MB), gathering them 14 fields. MALLOC_ARENA_MAX=1 keeps glibc's
+    per-thread arenas (a fixed cost, not growth) out of the comparison, and a fixed
+    MALLOC_MMAP_THRESHOLD_ gives every buffer over 1 MB back to the system when freed,
+    so the peak RSS counts live memory, not what glibc's heap keeps for later."""
+    n, field = 4_000_003, 4_000_003 * 4
     peaks = {}
     for count in (2, 16):
         stats = tmp_path / f"stats{count}"
         r = common.mpiexec(2, str(STREAM), str(tmp_path / f"m{count}.zarr"), "--n", str(n),
                            "--every", "2", "--snapshots", str(count), "--stats", str(stats),
-                           timeout=240, MALLOC_ARENA_MAX="1")  # fmt: skip
+                           timeout=240, MALLOC_ARENA_MAX="1",
+                           MALLOC_MMAP_THRESHOLD_="1048576")  # fmt: skip
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         peaks[count] = [json.loads((tmp_path / f"stats{count}.{k}.json").read_text())
                         for k in range(2)]  # fmt: skip
