@@ -2,6 +2,7 @@
 
     python benchmarks/deep_halo.py [--tiny | --quick] [--out FILE]     # the sweep below
     python benchmarks/deep_halo.py --worker --devices D --stencil heat1d --size N --ks 1,2,auto
+    python benchmarks/deep_halo.py --quick --platform gpu --out FILE  # on GPUs (not run here)
 
 For each configuration, in one worker process (its own virtual device count):
 
@@ -50,7 +51,11 @@ MODES = {
 
 
 def worker(a) -> dict:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"
+    if a.platform == "gpu":  # the first D GPUs; the copy loop below is the device's roofline
+        os.environ["JAX_PLATFORMS"] = "cuda"
+    else:
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"
+        os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -75,8 +80,10 @@ def worker(a) -> dict:
         make = lambda: pgas.from_function(init_life, shape, mesh, dtype=dtype)  # noqa: E731
     cells = int(np.prod(shape))
     steps = a.steps
+    device = mesh.devices.flat[0]
     out = {"devices": a.devices, "stencil": a.stencil, "size": a.size, "cells": cells,
-           "steps": steps, "results": []}  # fmt: skip
+           "steps": steps, "platform": device.platform, "device_kind": device.device_kind,
+           "jax": jax.__version__, "results": []}  # fmt: skip
 
     def timed(prog, u) -> tuple[dict, object]:
         u = prog(u, 1)  # compile (the trip count is traced)
@@ -163,9 +170,9 @@ def overhead(a, make, kernel, region, timed, explicit, jnp) -> dict:
     return out
 
 
-def sweep(mode: str) -> dict:
-    """Run every configuration of ``mode`` in its own worker process."""
-    m = MODES[mode]
+def sweep(mode: str, platform: str = "cpu") -> dict:
+    """Run every configuration of ``mode`` in its own worker process (on ``platform``)."""
+    m = dict(MODES[mode], platform=platform)
     runs = []
     jobs = [("heat1d", n, d) for n, ds in m["heat"] for d in ds]
     jobs += [("life", n, d) for n, ds in m["life"] for d in ds]
@@ -181,6 +188,7 @@ def _worker(stencil, size, devices, m, overhead) -> dict:
            "--stencil", stencil, "--size", str(size), "--ks", m["ks"] if not overhead else "1",
            "--steps", str(m["steps"]), "--repeats", str(m["repeats"])]  # fmt: skip
     cmd += ["--overhead"] if overhead else []
+    cmd += ["--platform", m.get("platform", "cpu")]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
@@ -199,6 +207,12 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument(
+        "--platform",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="gpu: the first --devices GPUs (JAX_PLATFORMS=cuda), not measured here",
+    )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
@@ -206,7 +220,7 @@ def main(argv=None) -> None:
     if a.worker:
         worker(a)
         return
-    res = sweep("tiny" if a.tiny else "quick" if a.quick else "full")
+    res = sweep("tiny" if a.tiny else "quick" if a.quick else "full", a.platform)
     text = json.dumps(res, indent=1)
     if a.out:
         with open(a.out, "w") as fh:
