@@ -51,14 +51,13 @@ class Loop:
     Attributes:
         backend: ``auto``, ``explicit`` or ``mpi``.
         steps_per_exchange: ``k``, physical steps per halo exchange.
-        snapshot_every: steps between snapshots (``auto`` and ``mpi``), or None.
         chunk: steps per compiled chunk, or None for one.
-        callback: ``callback(steps_done, state)`` between chunks, or None.
+        callback: ``callback(steps_done, state)`` between chunks (snapshots, checkpoints,
+            progress; this process's block on ``mpi``), or None.
     """
 
     backend: str
     steps_per_exchange: int = 1
-    snapshot_every: int | None = None
     chunk: int | None = None
     callback: Callable[[int, Any], None] | None = None
 
@@ -77,14 +76,14 @@ def default_loop(p: Problem, u, steps: int, how: Loop):
 
     k = how.steps_per_exchange
     if how.backend == "auto":
-        return pgas.run(p.step, u, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(p.step, u, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":
         return explicit.run(p.kernel, u, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi
 
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
@@ -320,7 +319,7 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
         if stream:
             stream.write(start, u)
         if opts.backend == "auto":
-            how = Loop("auto", k, None, chunk, between if (every or ck_every or progress.on)
+            how = Loop("auto", k, chunk, between if (every or ck_every or progress.on)
                        else None)  # fmt: skip
             if left:  # warm-up: compile the very program the run uses (same chunk length)
                 warm = dataclasses.replace(how, callback=None)
@@ -435,7 +434,7 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress, output) ->
         progress(done)
 
     chunk = every or chunk_length(opts.steps, None, progress.on)
-    how = Loop("mpi", choice.steps_per_exchange, None, chunk,
+    how = Loop("mpi", choice.steps_per_exchange, chunk,
                between if (every or progress.on) else None)  # fmt: skip
     try:
         if stream:

@@ -97,7 +97,7 @@ def test_the_problems_loop_is_what_runs():
     calls = []
 
     def loop(p, u, steps, how):
-        calls.append((steps, how.backend, how.steps_per_exchange, how.snapshot_every))
+        calls.append((steps, how.backend, how.steps_per_exchange, how.chunk))
         return runner.default_loop(p, u, steps, how)
 
     p = dataclasses.replace(heat_problem(), loop=loop)

@@ -160,14 +160,14 @@ def time_loop(p: Problem, u, steps: int, how: runner.Loop):
     """
     k = how.steps_per_exchange
     if how.backend == "auto":  # the global view: pgas turns the slices into halo exchanges
-        return pgas.run(heat, u, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(heat, u, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
         return pgas.explicit.run(kernel, u, steps, HALO, REGION, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
     return mpi.run(kernel, p.init, p.shape, p.dtype, steps, HALO, BOUNDARY, REGION,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 

@@ -189,14 +189,14 @@ def time_loop(p: Problem, g, steps: int, how: runner.Loop):
     """
     k = how.steps_per_exchange
     if how.backend == "auto":  # the global view: pgas turns the shifts into halo exchanges
-        return pgas.run(p.step, g, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(p.step, g, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
         return pgas.explicit.run(p.kernel, g, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
