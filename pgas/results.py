@@ -5,11 +5,13 @@ A :class:`Result` is what :func:`pgas.runner.run` returns and what
 device kind, devices, processes, mesh), how long the time loop took, the halo
 messages and bytes per *physical* step (floats: with ``k`` steps per exchange a
 step sends ``1/k`` of an exchange), the chosen ``k`` and why it was lowered,
-the checksum of the final field and, on rank 0, the field and snapshots.
+the checksum of the final field, the snapshot store the run streamed to and,
+on rank 0, the final field.
 
 :func:`format_table` prints a comparison, :func:`summary_line` an example's first
-summary line, and :func:`report` writes an example's Dataset, pictures, summary
-and JSON line (rank 0 only).
+summary line, and :func:`report` finishes an example's store (the run's results
+into its attributes), draws its pictures from the store and prints the summary
+and the JSON line (rank 0 only).
 """
 
 from __future__ import annotations
