@@ -25,6 +25,7 @@ on ``mpi`` (the ranks build their own blocks from ``problem.init``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -315,29 +316,16 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
         progress(start + done, state)
 
     loop = problem.loop or default_loop
-    try:
+    with _closed_after(stream):
         if stream:
             stream.write(start, u)
         if opts.backend == "auto":
-            how = Loop("auto", k, chunk, between if (every or ck_every or progress.on)
-                       else None)  # fmt: skip
-            if left:  # warm-up: compile the very program the run uses (same chunk length)
-                warm = dataclasses.replace(how, callback=None)
-                loop(problem, fresh(), min(chunk or 1, left), warm)
-            outside = stream.seconds if stream else 0.0
-            t0 = time.perf_counter()
-            u = loop(problem, u, left, how)
-            jax.block_until_ready(u)
-            seconds = time.perf_counter() - t0 - ((stream.seconds - outside) if stream else 0.0)
+            cb = between if (every or ck_every or progress.on) else None
+            u, seconds = _auto_run(problem, loop, u, left, Loop("auto", k, chunk, cb), fresh,
+                                   stream)  # fmt: skip
         else:
             u, seconds = _explicit_pieces(problem, loop, u, left, Loop("explicit", k), chunk,
                                           between, fresh)  # fmt: skip
-        if stream:
-            stream.close()
-    except BaseException:
-        if stream:
-            stream.abort()
-        raise
     field = u.to_numpy()  # the one gather of the run (every process), for the checksum
     field = _decode(problem, field)
     return Result(
@@ -349,6 +337,34 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
         device_kind=session.device_kind, comm=report.to_dict(), start_step=start,
         rank=jax.process_index(), field=field, store=stream.path if stream else None,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _closed_after(stream):
+    """Close ``stream`` after the block (it commits the last snapshot); abort it on an error."""
+    if stream is None:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        stream.abort()
+        raise
+    stream.close()
+
+
+def _auto_run(problem, loop, u, left, how, fresh, stream):
+    """The auto path: compile (a warm-up of the same chunk length), then the timed run."""
+    import jax
+
+    if left:
+        loop(problem, fresh(), min(how.chunk or 1, left), dataclasses.replace(how, callback=None))
+    outside = stream.seconds if stream else 0.0
+    t0 = time.perf_counter()
+    u = loop(problem, u, left, how)
+    jax.block_until_ready(u)
+    seconds = time.perf_counter() - t0 - ((stream.seconds - outside) if stream else 0.0)
+    return u, seconds  # without the snapshot hand-overs (as the explicit and mpi paths)
 
 
 def _explicit_pieces(problem, loop, u, left, how, piece, between, fresh):
@@ -436,17 +452,11 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress, output) ->
     chunk = every or chunk_length(opts.steps, None, progress.on)
     how = Loop("mpi", choice.steps_per_exchange, chunk,
                between if (every or progress.on) else None)  # fmt: skip
-    try:
+    with _closed_after(stream):
         if stream:
             index = np.meshgrid(*mpi.local_coordinates(grid), indexing="ij")
             stream.write(0, np.asarray(problem.init(*index)).astype(problem.dtype), region)
         r = (problem.loop or default_loop)(problem, None, opts.steps, how)
-        if stream:
-            stream.close()
-    except BaseException:
-        if stream:
-            stream.abort()
-        raise
     comm = {"messages_per_step": r.messages_per_step, "bytes_per_step": r.bytes_per_step,
             "rank_bytes_per_step": list(r.rank_bytes_per_step), "grid": r.grid}  # fmt: skip
     field = _decode(problem, r.field)  # gathered on rank 0 once, at the end, for the checksum
