@@ -148,6 +148,13 @@ class Stream:
         self.writer.write(step, field if (nc and allgather) else pieces, values)
         self.seconds += time.perf_counter() - t0
 
+    def flush(self) -> None:
+        """Wait until the snapshot in flight is written everywhere (before a checkpoint)."""
+        if self.writer is not None:
+            t0 = time.perf_counter()
+            self.writer.flush()
+            self.seconds += time.perf_counter() - t0
+
     def close(self) -> None:
         """Wait for the last snapshot and commit it (collective)."""
         if self.writer is not None:

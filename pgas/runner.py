@@ -16,7 +16,7 @@ or restores the state, compiles first (a warm-up run of the same program), times
 the loop, and between compiled chunks of ``snapshot_every`` steps hands each
 snapshot to a :class:`pgas.output.Stream` (every process its own blocks, written
 to ``opts.out`` from a background thread while the next chunk computes), then
-writes checkpoints (after the snapshot of that step is handed over) and advances
+writes checkpoints (once the snapshots before are committed) and advances
 a progress bar. Memory does not grow with the number of snapshots; the field is
 gathered once, at the end, and decoded (``problem.decode``) for the checksum. A time loop is
 ``loop(problem, u, steps, how)`` with ``how`` a :class:`Loop`; ``u`` is ``None``
@@ -312,7 +312,9 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
         if every and done % every == 0:
             stream.write(start + done, state)  # returns once this process's blocks are copied
         if ck_every and (done % ck_every == 0 or done == left):
-            ckpt.save(state, start + done)  # after the snapshot of this step is handed over
+            if stream:  # every snapshot before this step committed: a restart loses none
+                stream.flush()
+            ckpt.save(state, start + done)
         progress(start + done, state)
 
     loop = problem.loop or default_loop
