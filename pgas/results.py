@@ -5,11 +5,13 @@ A :class:`Result` is what :func:`pgas.runner.run` returns and what
 device kind, devices, processes, mesh), how long the time loop took, the halo
 messages and bytes per *physical* step (floats: with ``k`` steps per exchange a
 step sends ``1/k`` of an exchange), the chosen ``k`` and why it was lowered,
-the checksum of the final field and, on rank 0, the field and snapshots.
+the checksum of the final field, the snapshot store the run streamed to and,
+on rank 0, the final field.
 
 :func:`format_table` prints a comparison, :func:`summary_line` an example's first
-summary line, and :func:`report` writes an example's Dataset, pictures, summary
-and JSON line (rank 0 only).
+summary line, and :func:`report` finishes an example's store (the run's results
+into its attributes), draws its pictures from the store and prints the summary
+and the JSON line (rank 0 only).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class Result:
         comm: the communication report as a dict (JAX) or the MPI counts.
         start_step: the step the run started from (> 0 after a restart).
         rank: this process's rank (only rank 0 holds ``field``).
-        field, snapshots, times: the final field, the snapshots and their steps (rank 0).
+        store: the snapshot store the run wrote (closed), or None.
+        field: the final field (rank 0).
 
     >>> r = Result("auto", 1, 1, {"x": 1}, (8,), 10, 0.5, "ab")
     >>> r.cell_updates_per_second
@@ -79,9 +82,8 @@ class Result:
     comm: dict | None = None
     start_step: int = 0
     rank: int = 0
+    store: str | None = dataclasses.field(default=None, compare=False)
     field: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
-    snapshots: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
-    times: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def cell_updates_per_second(self) -> float:
@@ -91,7 +93,7 @@ class Result:
     def to_dict(self) -> dict:
         """The JSON-able fields (no arrays), plus ``cell_updates_per_second``."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("field", "snapshots", "times", "rank")}  # fmt: skip
+             if f.name not in ("field", "store", "rank")}  # fmt: skip
         d["shape"] = list(self.shape)
         d["cell_updates_per_second"] = self.cell_updates_per_second
         return d
@@ -181,33 +183,35 @@ def report(
     opts,
     *,
     name: str,
-    var: str,
-    dims: Sequence[str],
-    diagnostics: Callable[[np.ndarray], dict[str, np.ndarray]],
-    attrs: dict,
-    plot: Callable[[Any, str], Any],
+    output,
+    plot: Callable[[str, str, dict], Any],
     summary: Callable[[dict], str],
 ) -> dict | None:
-    """Write the Dataset and plots, print the summary and the JSON line (rank 0 only).
+    """Finish the store and draw the plots, print the summary and the JSON line (rank 0 only).
+
+    The snapshots are already in ``run.store`` (streamed during the run, see
+    :mod:`pgas.output`); process 0 adds the run's results (seconds, checksum)
+    to its attributes, then draws each picture from the store (bounded memory).
 
     Args:
         run: the run's result.
         opts: its :class:`pgas.options.RunOptions`.
-        name, var, dims: the example's name, its field's name and dimensions.
-        diagnostics: maps snapshots ``(n, *shape)`` to per-snapshot global
-            values; the last values also go into the JSON line.
-        attrs: the example's own Dataset attributes.
-        plot: ``plot(dataset, path)`` writes one picture.
-        summary: the printed summary from the result dict.
+        name: the example's name.
+        output: its :class:`pgas.output.Output`; its diagnostics of the final
+            field also go into the JSON line.
+        plot: ``plot(store, path, result)`` writes one picture from the store.
+        summary: the summary text of the result dict.
     """
     if run.rank != 0:
         return None
-    final = {k: v[-1].item() for k, v in diagnostics(run.field[None]).items()}
-    result = {"example": name, **run.to_dict(), "dtype": opts.dtype, **final}
+    from pgas.output import local
+
+    final = output.diagnostics([run.field], local) if output.diagnostics else {}
+    result = {"example": name, **run.to_dict(), "dtype": opts.dtype,
+              **{k: np.asarray(v).item() for k, v in final.items()}}  # fmt: skip
     if opts.checkpointing:
         result["checkpoint"] = opts.checkpoint
-    result["written"] = written = _write(run, opts, result, name, var, dims, diagnostics, attrs,
-                                         plot)  # fmt: skip
+    result["written"] = written = _write(run, opts, result, plot)
     if not opts.quiet:
         print(summary(result))
         for path in written:
@@ -217,22 +221,18 @@ def report(
     return result
 
 
-def _write(run: Result, opts, result: dict, name: str, var: str, dims: Sequence[str],
-           diagnostics: Callable, attrs: dict, plot: Callable) -> list[str]:  # fmt: skip
-    """Write the Dataset (``opts.out``) and the pictures (``opts.plot``); their paths."""
-    written: list[str] = []
-    if run.snapshots is not None and (opts.out or opts.plot):
-        from pgas.io import to_dataset, write_dataset
+def _write(run: Result, opts, result: dict, plot: Callable) -> list[str]:
+    """Process 0, the store closed: the run's results into its attributes, then the plots."""
+    if run.store is None:
+        return []
+    import shutil
 
-        ds = to_dataset(
-            run.snapshots, run.times, name=var, dims=dims,
-            diagnostics=diagnostics(run.snapshots),
-            attrs={"title": f"pgas example {name}", **{k: result[k] for k in _ATTRS},
-                   "dtype": opts.dtype, "snapshot_every": opts.snapshot_every,
-                   "start_step": run.start_step, **attrs, **versions()},
-        )  # fmt: skip
-        if opts.out:
-            written.append(str(write_dataset(ds, opts.out)))
-        for path in opts.plot:
-            written.append(str(plot(ds, path)))
+    from pgas.output import update_attrs
+
+    update_attrs(run.store, {k: result[k] for k in _ATTRS} | {"start_step": run.start_step})
+    written = [run.store] if opts.out else []
+    for path in opts.plot:
+        written.append(str(plot(run.store, path, result)))
+    if not opts.out:  # only drawn from: the scratch store goes
+        shutil.rmtree(run.store, ignore_errors=True)
     return written

@@ -4,8 +4,7 @@
 runs the problem's *time loop* (``problem.loop``, else :func:`default_loop`):
 
 - ``auto``: the global-view ``step`` under :func:`pgas.run`, on a mesh of
-  ``devices`` JAX devices (compiled chunks; snapshots come out of one
-  ``lax.scan`` per chunk),
+  ``devices`` JAX devices (compiled chunks),
 - ``explicit``: the local ``kernel`` with ``ppermute`` halos
   (:func:`pgas.explicit.run`), one compiled program per chunk,
 - ``mpi``: the same kernel on NumPy blocks with mpi4py halos
@@ -14,14 +13,19 @@ runs the problem's *time loop* (``problem.loop``, else :func:`default_loop`):
 The runner does the rest, the same for every problem: it picks ``k``, the
 steps per halo exchange (:func:`pgas.plan.choose_steps_per_exchange`), builds
 or restores the state, compiles first (a warm-up run of the same program), times
-the loop, writes checkpoints and advances a progress bar between chunks, gathers
-the field and decodes it (``problem.decode``) before the checksum. A time loop is
+the loop, and between compiled chunks of ``snapshot_every`` steps hands each
+snapshot to a :class:`pgas.output.Stream` (every process its own blocks, written
+to ``opts.out`` from a background thread while the next chunk computes), then
+writes checkpoints (once the snapshots before are committed) and advances
+a progress bar. Memory does not grow with the number of snapshots; the field is
+gathered once, at the end, and decoded (``problem.decode``) for the checksum. A time loop is
 ``loop(problem, u, steps, how)`` with ``how`` a :class:`Loop`; ``u`` is ``None``
 on ``mpi`` (the ranks build their own blocks from ``problem.init``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -38,7 +42,7 @@ from pgas.platform import Session
 from pgas.problem import Problem, checksum
 from pgas.results import Result
 
-__all__ = ["Loop", "run", "default_loop", "build", "mesh_for", "chunk_length"]
+__all__ = ["Loop", "run", "default_loop", "build", "mesh_for", "chunk_length", "scratch_store"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,14 +52,13 @@ class Loop:
     Attributes:
         backend: ``auto``, ``explicit`` or ``mpi``.
         steps_per_exchange: ``k``, physical steps per halo exchange.
-        snapshot_every: steps between snapshots (``auto`` and ``mpi``), or None.
         chunk: steps per compiled chunk, or None for one.
-        callback: ``callback(steps_done, state)`` between chunks, or None.
+        callback: ``callback(steps_done, state)`` between chunks (snapshots, checkpoints,
+            progress; this process's block on ``mpi``), or None.
     """
 
     backend: str
     steps_per_exchange: int = 1
-    snapshot_every: int | None = None
     chunk: int | None = None
     callback: Callable[[int, Any], None] | None = None
 
@@ -74,14 +77,14 @@ def default_loop(p: Problem, u, steps: int, how: Loop):
 
     k = how.steps_per_exchange
     if how.backend == "auto":
-        return pgas.run(p.step, u, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(p.step, u, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":
         return explicit.run(p.kernel, u, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi
 
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
@@ -206,7 +209,7 @@ class _Checkpointer:
 
 
 def run(problem: Problem, opts: RunOptions, session: Session | None = None,
-        meta: dict | None = None) -> Result:  # fmt: skip
+        meta: dict | None = None, output=None) -> Result:  # fmt: skip
     """Run ``problem`` for ``opts.steps`` steps on ``opts.backend``; see the module docstring.
 
     Args:
@@ -214,6 +217,9 @@ def run(problem: Problem, opts: RunOptions, session: Session | None = None,
         opts: the run's options.
         session: what :func:`pgas.platform.start` found (default: one process here).
         meta: identifies the problem in checkpoints (default ``{"example": name}``).
+        output: a :class:`pgas.output.Output` (the field's name, dims, attributes and
+            diagnostics) for the snapshots streamed to ``opts.out`` (or, with only
+            ``opts.plot``, to :func:`scratch_store`); default ``Output()``.
 
     >>> from pgas.problem import demo
     >>> r = run(demo(), RunOptions(steps=3, devices=2))
@@ -227,8 +233,9 @@ def run(problem: Problem, opts: RunOptions, session: Session | None = None,
     progress = _Progress(opts.steps, opts.quiet, session.rank, problem.name)
     try:
         if opts.backend == "mpi":
-            return _run_mpi(problem, opts, progress)
-        return _run_jax(problem, opts, session, progress, meta or {"example": problem.name})
+            return _run_mpi(problem, opts, progress, output)
+        return _run_jax(problem, opts, session, progress, meta or {"example": problem.name},
+                        output)  # fmt: skip
     finally:
         progress.close()
 
@@ -277,45 +284,51 @@ def _jax_choice(problem: Problem, backend: str, requested, u) -> Choice:
 
 
 def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Progress,
-             meta: dict) -> Result:  # fmt: skip
+             meta: dict, output) -> Result:  # fmt: skip
     import jax
 
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
     choice = _jax_choice(problem, opts.backend, opts.steps_per_exchange, fresh())
-    k, every, ck_every = choice.steps_per_exchange, opts.snapshot_every, opts.checkpoint_every
+    k, ck_every = choice.steps_per_exchange, opts.checkpoint_every
     ckpt = _Checkpointer(opts, session.rank, meta) if opts.checkpointing else None
     u, start = _restore(problem, opts, ckpt, fresh())
     left = opts.steps - start
-    chunk = ck_every if ck_every else chunk_length(left, every, progress.on)
+    report = _comm(problem, opts.backend, fresh(), k)
+    attrs = _attrs(problem, opts, session.platform, session.device_kind, mesh.size,
+                   jax.process_count(), dict(mesh.shape), choice, start)  # fmt: skip
+    comm = None
+    if session.multiprocess:
+        from pgas.output import mpi_comm
+
+        comm = mpi_comm()
+    stream = _stream(problem, opts, output, attrs, u.layout.axes, comm, jax.process_count(),
+                     start)  # fmt: skip
+    every = opts.snapshot_every if stream else None
+    chunk = every or ck_every or chunk_length(left, None, progress.on)
     progress(start)
-    first = u.to_numpy() if every else None  # gathered (every process)
 
     def between(done: int, state) -> None:  # after each compiled chunk of this run
+        if every and done % every == 0:
+            stream.write(start + done, state)  # returns once this process's blocks are copied
         if ck_every and (done % ck_every == 0 or done == left):
+            if stream:  # every snapshot before this step committed: a restart loses none
+                stream.flush()
             ckpt.save(state, start + done)
         progress(start + done, state)
 
     loop = problem.loop or default_loop
-    report = _comm(problem, opts.backend, fresh(), k)
-    if opts.backend == "auto":
-        how = Loop("auto", k, every, chunk, between if (ck_every or progress.on) else None)
-        if left:  # warm-up: compile the very program the run uses (same chunk length)
-            loop(problem, fresh(), min(chunk or 1, left), dataclasses.replace(how, callback=None))
-        t0 = time.perf_counter()
-        out = loop(problem, u, left, how)
-        u, snaps = out if every else (out, None)
-        jax.block_until_ready(u)
-        seconds = time.perf_counter() - t0
-        snapshots = None
-        if every:
-            rest = [snaps.to_numpy()] if snaps is not None else []
-            snapshots = np.concatenate([first[None], *rest])
-    else:
-        u, seconds, snapshots = _explicit_pieces(problem, loop, u, left, Loop("explicit", k),
-                                                 every or ck_every or chunk, first, between,
-                                                 fresh)  # fmt: skip
-    field = u.to_numpy()  # gathered on every process; only process 0 reports
+    with _closed_after(stream):
+        if stream:
+            stream.write(start, u)
+        if opts.backend == "auto":
+            cb = between if (every or ck_every or progress.on) else None
+            u, seconds = _auto_run(problem, loop, u, left, Loop("auto", k, chunk, cb), fresh,
+                                   stream)  # fmt: skip
+        else:
+            u, seconds = _explicit_pieces(problem, loop, u, left, Loop("explicit", k), chunk,
+                                          between, fresh)  # fmt: skip
+    field = u.to_numpy()  # the one gather of the run (every process), for the checksum
     field = _decode(problem, field)
     return Result(
         opts.backend, mesh.size, jax.process_count(), dict(mesh.shape),
@@ -324,17 +337,44 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
         bytes_per_step=float(report.bytes_total), ideal_bytes_per_step=int(report.ideal_bytes),
         steps_per_exchange=k, steps_per_exchange_note=choice.note, platform=session.platform,
         device_kind=session.device_kind, comm=report.to_dict(), start_step=start,
-        rank=jax.process_index(), field=field, snapshots=_decode(problem, snapshots),
-        times=np.arange(start, opts.steps + 1, every) if every else None,
+        rank=jax.process_index(), field=field, store=stream.path if stream else None,
     )  # fmt: skip
 
 
-def _explicit_pieces(problem, loop, u, left, how, piece, first, between, fresh):
+@contextlib.contextmanager
+def _closed_after(stream):
+    """Close ``stream`` after the block (it commits the last snapshot); abort it on an error."""
+    if stream is None:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        stream.abort()
+        raise
+    stream.close()
+
+
+def _auto_run(problem, loop, u, left, how, fresh, stream):
+    """The auto path: compile (a warm-up of the same chunk length), then the timed run."""
+    import jax
+
+    if left:
+        loop(problem, fresh(), min(how.chunk or 1, left), dataclasses.replace(how, callback=None))
+    outside = stream.seconds if stream else 0.0
+    t0 = time.perf_counter()
+    u = loop(problem, u, left, how)
+    jax.block_until_ready(u)
+    seconds = time.perf_counter() - t0 - ((stream.seconds - outside) if stream else 0.0)
+    return u, seconds  # without the snapshot hand-overs (as the explicit and mpi paths)
+
+
+def _explicit_pieces(problem, loop, u, left, how, piece, between, fresh):
     """The explicit path in pieces of ``piece`` steps (snapshots, checkpoints, progress)."""
     import jax
 
     jax.block_until_ready(loop(problem, fresh(), 1, how))  # compile (the trip count is traced)
-    seconds, done, shots = 0.0, 0, [] if first is None else [first]
+    seconds, done = 0.0, 0
     piece = piece or left
     while done < left:
         n = min(piece, left - done)
@@ -343,13 +383,53 @@ def _explicit_pieces(problem, loop, u, left, how, piece, first, between, fresh):
         jax.block_until_ready(u)
         seconds += time.perf_counter() - t0
         done += n
-        if first is not None:
-            shots.append(u.to_numpy())
         between(done, u)
-    return u, seconds, (np.stack(shots) if first is not None else None)
+    return u, seconds
 
 
-def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
+def _attrs(problem, opts, platform, device_kind, devices, processes, mesh, choice, start) -> dict:
+    """The run's attributes known before it starts (process 0 writes them once)."""
+    from pgas.results import versions
+
+    return {"title": f"pgas example {problem.name}", "example": problem.name,
+            "backend": opts.backend, "mesh": mesh, "devices": devices, "processes": processes,
+            "platform": platform, "device_kind": device_kind, "dtype": opts.dtype,
+            "steps_per_exchange": choice.steps_per_exchange,
+            "steps_per_exchange_note": choice.note, "snapshot_every": opts.snapshot_every,
+            "start_step": start, **versions()}  # fmt: skip
+
+
+def scratch_store(picture: str) -> str:
+    """Where a run with ``--plot`` but no ``--out`` keeps its snapshots until drawn.
+
+    >>> scratch_store("out/heat.png")
+    'out/heat.png.snapshots.zarr'
+    """
+    return f"{picture}.snapshots.zarr"
+
+
+def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm, processes: int,
+            start: int):  # fmt: skip
+    """The :class:`pgas.output.Stream` of a run with ``--out`` or ``--plot``, else None."""
+    if not opts.snapshot_every or not (opts.out or opts.plot):
+        return None
+    from pgas.blocks import block_chunks
+    from pgas.output import Output, Stream
+
+    output = output or Output()
+    if output.dims is None:
+        output = dataclasses.replace(output, dims=tuple(problem.mesh_axes))
+    cells = tuple(problem.cell_shape or problem.shape)
+    factor = [-(-c // s) for c, s in zip(cells, problem.shape)]  # cells per stored value
+    dtype = np.dtype(problem.dtype)
+    if problem.decode is not None:
+        dtype = np.asarray(problem.decode(np.zeros((1,) * len(cells), dtype))).dtype
+    restart = start if opts.restart and start > 0 else None
+    return Stream(opts.out or scratch_store(opts.plot[0]), output, cells, dtype, problem.decode,
+                  block_chunks(axes, factor), attrs, restart, comm, processes)  # fmt: skip
+
+
+def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress, output) -> Result:
     from pgas import mpi
     from pgas.decomposition import dims_create
 
@@ -357,18 +437,31 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
     dims = dims_create(world.size, len(problem.shape))
     blocks = tuple(s // d for s, d in zip(problem.shape, dims))
     choice = _choice(problem, opts.steps_per_exchange, blocks, "cpu")  # what mpi.run chooses
-    every = opts.snapshot_every
-    how = Loop(
-        "mpi",
-        choice.steps_per_exchange,
-        every,
-        chunk_length(opts.steps, every, progress.on),
-        progress if progress.on else None,
-    )
-    r = (problem.loop or default_loop)(problem, None, opts.steps, how)
+    grid = mpi.cart_grid(problem.shape, dims)  # the blocks mpi.run builds (same dims, order)
+    mesh = dict(zip(problem.mesh_axes, dims, strict=True))
+    attrs = _attrs(problem, opts, "cpu", "numpy (mpi4py)", world.size, world.size, mesh,
+                   choice, 0)  # fmt: skip
+    stream = _stream(problem, opts, output, attrs, grid.axes, world, world.size, 0)
+    every, region = (opts.snapshot_every if stream else None), grid.block()
+
+    def between(done: int, block: np.ndarray) -> None:
+        if every and done % every == 0:
+            if block.shape != grid.local_shape:
+                raise PgasError(f"mpi.run's block {block.shape} is not {grid.local_shape}")
+            stream.write(done, block, region)
+        progress(done)
+
+    chunk = every or chunk_length(opts.steps, None, progress.on)
+    how = Loop("mpi", choice.steps_per_exchange, chunk,
+               between if (every or progress.on) else None)  # fmt: skip
+    with _closed_after(stream):
+        if stream:
+            index = np.meshgrid(*mpi.local_coordinates(grid), indexing="ij")
+            stream.write(0, np.asarray(problem.init(*index)).astype(problem.dtype), region)
+        r = (problem.loop or default_loop)(problem, None, opts.steps, how)
     comm = {"messages_per_step": r.messages_per_step, "bytes_per_step": r.bytes_per_step,
             "rank_bytes_per_step": list(r.rank_bytes_per_step), "grid": r.grid}  # fmt: skip
-    field = _decode(problem, r.field)
+    field = _decode(problem, r.field)  # gathered on rank 0 once, at the end, for the checksum
     return Result(
         "mpi", world.size, world.size, dict(zip(problem.mesh_axes, r.dims, strict=True)),
         problem.cell_shape or problem.shape, opts.steps, r.seconds,
@@ -376,6 +469,5 @@ def _run_mpi(problem: Problem, opts: RunOptions, progress: _Progress) -> Result:
         messages_per_step=float(r.messages_per_step), bytes_per_step=float(r.bytes_per_step),
         steps_per_exchange=r.steps_per_exchange, steps_per_exchange_note=r.note,
         platform="cpu", device_kind="numpy (mpi4py)", comm=comm, rank=world.rank, field=field,
-        snapshots=_decode(problem, r.snapshots),
-        times=np.asarray(r.snapshot_steps) if every else None,
+        store=stream.path if stream else None,
     )  # fmt: skip

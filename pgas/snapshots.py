@@ -306,6 +306,19 @@ class SnapshotWriter:
         self.count += 1
         self._last_step = int(step)
 
+    def flush(self) -> None:
+        """Wait until every process has written the snapshot in flight; collective.
+
+        The snapshots before it are then committed. Call it before saving a
+        checkpoint of the same step, so that a restart from that checkpoint finds
+        every earlier snapshot in the store (the last one is written again).
+
+        Raises:
+            SnapshotWriteError: a snapshot could not be written.
+        """
+        self._check_open()
+        self._finish_previous()
+
     def close(self) -> None:
         """Wait for the last snapshot, commit it and release the thread; collective.
 

@@ -287,3 +287,28 @@ def test_mpi_run_snapshots_and_callback_in_one_process():
     assert seen == [(8, (33,)), (12, (33,))]  # after each chunk, and at the end
     with pytest.raises(pgas.PgasError, match="does not divide"):
         mpi.run(H.kernel, lambda i: u0[i], (33,), "float64", 10, 1, pgas.Keep(), snapshot_every=4)
+
+
+# ---- streamed output: pictures without --out, a store of another problem ------------------
+def test_plot_without_out_draws_from_a_scratch_store_then_removes_it(tmp_path, capsys):
+    png = tmp_path / "heat.png"
+    d = H.main(["--devices", "2", "--n", "64", "--steps", "8", "--snapshot-every", "2",
+                "--plot", str(png), "--json", "--quiet"])  # fmt: skip
+    assert d["written"] == [str(png)] and png.stat().st_size > 1000
+    assert not Path(pgas.runner.scratch_store(str(png))).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.png"]
+
+
+def test_restart_into_a_store_of_another_problem_is_refused(tmp_path, capsys):
+    ck, life, heat = tmp_path / "heat.ckpt", tmp_path / "life.zarr", tmp_path / "heat.zarr"
+    base = ["--devices", "2", "--n", "64", "--quiet", "--checkpoint", str(ck)]
+    H.main([*base, "--steps", "8", "--checkpoint-every", "4", "--out", str(heat),
+            "--snapshot-every", "4"])  # fmt: skip
+    L.main(["--devices", "2", "--size", "8x8", "--steps", "4", "--out", str(life), "--quiet"])
+    fails_with(H.main, [*base, "--steps", "12", "--restart", "--out", str(life)], capsys,
+               "StoreMismatchError", str(life), "choose another output path")  # fmt: skip
+    with xr.open_zarr(life) as ds:  # left as it was
+        assert ds["time"].values.tolist() == [0, 1, 2, 3, 4] and "board" in ds
+    H.main([*base, "--steps", "12", "--restart", "--out", str(heat), "--snapshot-every", "4"])
+    with xr.open_zarr(heat) as ds:  # the right store: continued from the checkpoint at 8
+        assert ds["time"].values.tolist() == [0, 4, 8, 12]

@@ -21,6 +21,7 @@ import numpy as np
 import pgas
 import pgas.explicit
 from pgas import compare, options, platform, results, runner
+from pgas.output import Output, local
 from pgas.problem import Problem
 
 # ---- Physics ------------------------------------------------------------------------------
@@ -125,11 +126,17 @@ def meta(args) -> dict:
 
 
 # ---- Output -------------------------------------------------------------------------------
-def diagnostics(u: np.ndarray) -> dict[str, np.ndarray]:
-    """Global values per snapshot (rows of ``u``): max, mean, l2 norm, total heat."""
-    w = u.astype(np.float64)
-    return {"max": w.max(axis=1), "mean": w.mean(axis=1),
-            "l2": np.sqrt((w * w).sum(axis=1)), "total": w.sum(axis=1)}  # fmt: skip
+def diagnostics(blocks: list[np.ndarray], reduce=local) -> dict[str, float]:
+    """Global max, mean, l2 norm and total heat from this process's blocks of one snapshot.
+
+    ``reduce(op, value)`` combines the processes' values (pgas.output: no field gather).
+    """
+    w = [b.astype(np.float64) for b in blocks]
+    total = reduce("sum", sum((float(x.sum()) for x in w), 0.0))
+    cells = reduce("sum", sum(x.size for x in w))
+    squares = reduce("sum", sum((float((x * x).sum()) for x in w), 0.0))
+    top = reduce("max", max((float(x.max()) for x in w if x.size), default=-np.inf))
+    return {"max": top, "mean": total / cells, "l2": float(np.sqrt(squares)), "total": total}
 
 
 def summary(r: dict) -> str:
@@ -137,11 +144,11 @@ def summary(r: dict) -> str:
             f"l2 {r['l2']:.6g}")  # fmt: skip
 
 
-def plot(ds, path: str):
-    """Space-time heat map and final profile over the initial one."""
+def plot(store: str, path: str, r: dict):
+    """Space-time heat map and final profile over the initial one, read from the store."""
     from pgas.plot import heat_plot
 
-    return heat_plot(ds, path, title=f"heat1d, n = {ds.sizes['x']}, {ds.attrs['backend']}")
+    return heat_plot(store, path, title=f"heat1d, n = {r['shape'][0]}, {r['backend']}")
 
 
 # ---- Time loop ----------------------------------------------------------------------------
@@ -153,14 +160,14 @@ def time_loop(p: Problem, u, steps: int, how: runner.Loop):
     """
     k = how.steps_per_exchange
     if how.backend == "auto":  # the global view: pgas turns the slices into halo exchanges
-        return pgas.run(heat, u, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(heat, u, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
         return pgas.explicit.run(kernel, u, steps, HALO, REGION, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
     return mpi.run(kernel, p.init, p.shape, p.dtype, steps, HALO, BOUNDARY, REGION,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
@@ -184,13 +191,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
     if opts.compare:
         compare.print_comparison(__file__, opts, kwargs)
-    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta=meta(args)))
-    return results.report(
-        run, opts, name="heat1d", var="u", dims=("x",), diagnostics=diagnostics,
+    output = Output(
+        "u", ("x",), diagnostics=diagnostics,
         attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,
                "scheme": "u[1:-1] = 0.5*u[1:-1] + 0.25*(u[:-2] + u[2:]), ends kept"},
-        plot=plot, summary=summary,
     )  # fmt: skip
+    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta(args), output))
+    return results.report(run, opts, name="heat1d", output=output, plot=plot, summary=summary)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import numpy as np
 import pgas
 import pgas.explicit
 from pgas import compare, options, platform, results, runner
+from pgas.output import Output, local
 from pgas.problem import Problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # patterns.py, beside this file
@@ -162,20 +163,20 @@ def meta(args, kwargs: dict) -> dict:
 
 
 # ---- Output -------------------------------------------------------------------------------
-def diagnostics(b: np.ndarray) -> dict[str, np.ndarray]:
-    """Population (live cells) of each snapshot."""
-    return {"population": (b != 0).sum(axis=(1, 2)).astype(np.int64)}
+def diagnostics(blocks: list[np.ndarray], reduce=local) -> dict[str, int]:
+    """Population (live cells) of one snapshot, from this process's blocks of the board."""
+    return {"population": int(reduce("sum", sum(int(np.count_nonzero(b)) for b in blocks)))}
 
 
 def summary(r: dict) -> str:
     return results.summary_line(r) + f"\n  population {r['population']}"
 
 
-def plot(ds, path: str):
-    """Final board (.png) or an animation of the snapshots (.gif)."""
+def plot(store: str, path: str, r: dict):
+    """Final board (.png) or an animation of the snapshots (.gif), read from the store."""
     from pgas.plot import life_gif, life_png
 
-    return (life_gif if str(path).lower().endswith(".gif") else life_png)(ds, path)
+    return (life_gif if str(path).lower().endswith(".gif") else life_png)(store, path)
 
 
 # ---- Time loop ----------------------------------------------------------------------------
@@ -188,14 +189,14 @@ def time_loop(p: Problem, g, steps: int, how: runner.Loop):
     """
     k = how.steps_per_exchange
     if how.backend == "auto":  # the global view: pgas turns the shifts into halo exchanges
-        return pgas.run(p.step, g, steps, snapshot_every=how.snapshot_every, chunk=how.chunk,
+        return pgas.run(p.step, g, steps, chunk=how.chunk,
                         callback=how.callback, steps_per_exchange=k)  # fmt: skip
     if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
         return pgas.explicit.run(p.kernel, g, steps, p.halo, p.region, steps_per_exchange=k)
     from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
 
     return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
-                   snapshot_every=how.snapshot_every, chunk=how.chunk,
+                   chunk=how.chunk,
                    callback=how.callback, steps_per_exchange=k)  # fmt: skip
 
 
@@ -246,14 +247,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
     if opts.compare:
         compare.print_comparison(__file__, opts, source, factory=make.__name__)
-    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta=meta(args, kwargs)))
-    return results.report(
-        run, opts, name="life", var="board", dims=("y", "x"), diagnostics=diagnostics,
+    output = Output(
+        "board", ("y", "x"), diagnostics=diagnostics,
         attrs={"size": kwargs["size"], "pattern": args.pattern, "at": kwargs["at"] or "centre",
                "density": args.density, "seed": args.seed, "rule": "B3/S23", "topology": "torus",
                "packed": int(args.packed)},
-        plot=plot, summary=summary,
     )  # fmt: skip
+    run = options.or_exit(ap, lambda: runner.run(prob, opts, session, meta(args, kwargs), output))
+    return results.report(run, opts, name="life", output=output, plot=plot, summary=summary)
 
 
 if __name__ == "__main__":
