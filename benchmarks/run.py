@@ -261,10 +261,10 @@ def main(argv=None) -> dict:
             )
     res["ratios"] = ratios(res)
 
-    # 4. deep halos: halo width k exchanged every k steps (heat1d f32, periodic), 1-4 devices
+    # 4. deep halos: k steps per exchange, auto and explicit, against k = 1 and a copy loop
     import deep_halo
 
-    res["deep_halo"] = deep_halo.sweep("tiny" if mode == "tiny" else "full")
+    res["deep_halo"] = deep_halo.sweep(mode)
     res["total_seconds"] = time.perf_counter() - t0
 
     import plots
@@ -274,6 +274,7 @@ def main(argv=None) -> dict:
         for f in plots.throughput_plots(res, a.out)
         + [plots.backend_bars(res, a.out)]
         + plots.scaling_plots(res, a.out)
+        + [plots.deep_halo_plot(res["deep_halo"], a.out)]
     ]
     with open(os.path.join(a.out, "results.json"), "w") as fh:
         json.dump(res, fh, indent=1, default=str)

@@ -7,9 +7,6 @@ Every restart is compared bitwise with NumPy loops of the same arithmetic
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -148,14 +145,7 @@ def test_sigkill_then_restart_with_other_process_counts(tmp_path):
     cmd = [str(common.MPIEXEC), "-n", "2", sys.executable, str(common.SIMULATE),
            str(tmp_path / "never.npz"), "--steps", str(steps), "--ckpt", str(ck), "--every", "10",
            "--sleep-after", "2"]  # fmt: skip
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=common.clean_env(), stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=common.ROOT)  # fmt: skip
-    try:
-        common.wait_for(log, "SLEEPING", 120, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    common.kill_after(cmd, log, "SLEEPING", 120)
     assert "CHECKPOINT 20" in log.read_text() and "CHECKPOINT 30" not in log.read_text()
     assert checkpoint.latest(ck) == 20
     assert not (tmp_path / "never.npz").exists()

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import fails_with
 
 from pgas.cli import main
 
@@ -24,12 +25,7 @@ PROBLEMS = str(Path(__file__).with_name("problems.py"))
     ],
 )
 def test_argument_errors_exit_2(argv, needles, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    for needle in needles:
-        assert needle in err, (needle, err)
+    fails_with(main, argv, capsys, *needles)
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,6 @@ with NumPy (the same arithmetic as a single-process run).
 
 import errno
 import json
-import os
-import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -301,14 +298,7 @@ def test_sigkill_then_restart_on_other_process_count(tmp_path):
     args = [str(STREAM), str(path), "--every", "5", "--snapshots", "8", "--ckpt", str(ck),
             "--ckpt-every", "10"]  # fmt: skip
     cmd = [str(common.MPIEXEC), "-n", "2", sys.executable, *args, "--sleep-after", "6"]
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=common.clean_env(), stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=common.ROOT)  # fmt: skip
-    try:
-        common.wait_for(log, "SLEEPING after the write of step 25", 180, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    common.kill_after(cmd, log, "SLEEPING after the write of step 25", 180)
     # 25 was written, not committed; 20 is committed in the background while 25 is written
     times = xr.open_zarr(path)["time"].values.tolist()
     assert times in ([0, 5, 10, 15], [0, 5, 10, 15, 20]), times

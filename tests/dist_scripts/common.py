@@ -62,3 +62,17 @@ def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen) -> N
         time.sleep(0.1)
     tail = path.read_text(errors="replace")[-3000:] if path.exists() else ""
     raise AssertionError(f"no {text!r} after {timeout} s:\n{tail}")
+
+
+def kill_after(cmd: list[str], log: Path, text: str, timeout: float) -> None:
+    """Start ``cmd`` (its output to ``log``), SIGKILL its whole session once ``text`` shows."""
+    import signal
+
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=clean_env(), stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=ROOT)  # fmt: skip
+    try:
+        wait_for(log, text, timeout, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
