@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from pgas.snapshots import StoreMismatchError, StoreSpec, check_identity
+from pgas.store import StoreMismatchError, StoreSpec, check_identity
 
 __all__ = ["create", "truncate", "NetcdfFile", "nc_chunks"]
 

@@ -47,7 +47,6 @@ process count), so a restart neither duplicates nor loses a snapshot.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import errno
 import os
 import shutil
@@ -57,8 +56,15 @@ from typing import Any
 
 import numpy as np
 
+from pgas import ncstore, zarrstore
 from pgas.blocks import Piece, Region, block_chunks, decode_piece, host_blocks
 from pgas.io import ResultsError, check_writable, netcdf_safe_attrs
+from pgas.store import (
+    SnapshotError,
+    SnapshotWriteError,
+    StoreMismatchError,
+    StoreSpec,
+)
 
 __all__ = [
     "SnapshotError",
@@ -69,20 +75,7 @@ __all__ = [
     "host_blocks",
 ]
 
-_IDENTITY_ATTRS = ("example", "problem")
 _TIME_CHUNK = 4096
-
-
-class SnapshotError(ResultsError):
-    """A snapshot write that cannot go on (base class)."""
-
-
-class StoreMismatchError(SnapshotError):
-    """An existing store that belongs to another problem (name, shape, dtype, example)."""
-
-
-class SnapshotWriteError(SnapshotError):
-    """A block or commit that failed to be written (disk full, I/O error, another process)."""
 
 
 # --------------------------------------------------------------------------
@@ -144,25 +137,6 @@ class _Group:
 # --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class StoreSpec:
-    """What a store holds: the field's name, dims, cell shape, dtype and chunking."""
-
-    path: Path
-    name: str
-    dims: tuple[str, ...]
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    chunks: tuple[int, ...]
-    diagnostics: tuple[tuple[str, np.dtype], ...]
-    attrs: dict[str, Any]
-    coords: dict[str, np.ndarray]
-
-    @property
-    def zarr(self) -> bool:
-        return self.path.suffix.lower() == ".zarr"
-
-
 class SnapshotWriter:
     """Streams snapshots of one field into a ``.zarr`` store or ``.nc`` file; see the module.
 
@@ -180,13 +154,9 @@ class SnapshotWriter:
         self._closed = False
         self._last_step: int | None = None
         if spec.zarr:
-            from pgas.zarrstore import ZarrBlocks
-
-            self._store = ZarrBlocks(spec)
+            self._store = zarrstore.ZarrBlocks(spec)
         else:
-            from pgas.ncstore import NetcdfFile
-
-            self._store = NetcdfFile(spec) if group.rank == 0 else None
+            self._store = ncstore.NetcdfFile(spec) if group.rank == 0 else None
             self._buffer: np.ndarray | None = None
 
     @classmethod
@@ -340,9 +310,7 @@ class SnapshotWriter:
             if failed:
                 raise SnapshotWriteError(f"committing the last snapshot: {'; '.join(failed)}")
             if self.group.rank == 0 and self.spec.zarr:
-                from pgas.zarrstore import lock_dir
-
-                shutil.rmtree(lock_dir(self.spec.path), ignore_errors=True)
+                shutil.rmtree(zarrstore.lock_dir(self.spec.path), ignore_errors=True)
         finally:
             self._executor.shutdown(wait=True)
 
@@ -462,15 +430,12 @@ def _spec(path, name, dims, shape, dtype, attrs, coords, chunks, diagnostics) ->
 
 def _prepare(spec: StoreSpec, restart_step: int | None) -> int:
     """Process 0: create the store, or reopen and truncate it; returns the snapshots kept."""
-    if spec.zarr:
-        from pgas.zarrstore import create, truncate
-    else:
-        from pgas.ncstore import create, truncate
+    fmt = zarrstore if spec.zarr else ncstore
     if restart_step is not None and spec.path.exists():
-        return truncate(spec, int(restart_step))
+        return fmt.truncate(spec, int(restart_step))
     if spec.path.exists():
         _remove(spec.path)
-    create(spec)
+    fmt.create(spec)
     return 0
 
 
@@ -479,20 +444,3 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
-
-
-def check_identity(spec: StoreSpec, name: str, dims, shape, dtype, attrs: Mapping) -> None:
-    """Raise :class:`StoreMismatchError` unless a stored field is the one ``spec`` describes."""
-    found = {"variable": name, "dims": tuple(dims), "shape": tuple(shape), "dtype": str(dtype)}
-    want = {"variable": spec.name, "dims": spec.dims, "shape": spec.shape,
-            "dtype": str(spec.dtype)}  # fmt: skip
-    for key in _IDENTITY_ATTRS:
-        if key in attrs and key in spec.attrs:
-            found[key], want[key] = attrs[key], spec.attrs[key]
-    diff = {k: (found[k], want[k]) for k in want if found.get(k) != want[k]}
-    if diff:
-        what = ", ".join(f"{k} {a!r} (this run: {b!r})" for k, (a, b) in diff.items())
-        raise StoreMismatchError(
-            f"{spec.path} holds another problem: {what}; choose another output path, or "
-            f"delete the store to start over"
-        )

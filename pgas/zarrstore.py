@@ -28,7 +28,7 @@ import numpy as np
 import zarr
 
 from pgas.blocks import Piece, decode_piece
-from pgas.snapshots import StoreMismatchError, StoreSpec, check_identity
+from pgas.store import StoreMismatchError, StoreSpec, check_identity
 
 __all__ = ["create", "truncate", "ZarrBlocks", "lock_dir", "chunk_locks", "quiet_zarr"]
 
@@ -98,10 +98,11 @@ class ZarrBlocks:
         self.field = self.group[spec.name]
         self.chunks = tuple(self.field.chunks[1:])  # the store's own (a restart may differ)
 
-    def _view(self, length: int) -> zarr.Array:
-        """The field as if it were ``length`` snapshots long (no metadata is written)."""
-        metadata = dataclasses.replace(self.field.metadata, shape=(length, *self.spec.shape))
-        return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=self.field.store_path))
+    def _view(self, length: int, array: zarr.Array | None = None) -> zarr.Array:
+        """``array`` (default: the field) as if ``length`` snapshots long (no metadata written)."""
+        array = self.field if array is None else array
+        metadata = dataclasses.replace(array.metadata, shape=(length, *array.shape[1:]))
+        return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=array.store_path))
 
     def write_pieces(self, index: int, pieces: list[Piece], decode: Any) -> None:
         """Write this process's decoded blocks of snapshot ``index``."""
@@ -127,14 +128,17 @@ class ZarrBlocks:
     def commit(self, index: int, step: int, values: dict[str, Any]) -> None:
         """Process 0: make snapshot ``index`` visible (all its blocks are written)."""
         length = index + 1
+        # Values first, through views of the new length; then the lengths, time last: a run
+        # killed anywhere in here leaves a store whose every visible snapshot is complete.
+        diagnostics = [self.group[key] for key, _ in self.spec.diagnostics]
+        time = self.group["time"]
+        news = [values[key] for key, _ in self.spec.diagnostics] + [step]
+        for array, value in zip(diagnostics + [time], news, strict=True):
+            self._view(length, array)[index] = value
         self.field.resize((length, *self.spec.shape))
-        for key, _ in self.spec.diagnostics:
-            array = self.group[key]
+        for array in diagnostics:
             array.resize((length,))
-            array[index] = values[key]
-        time = self.group["time"]  # last: readers open a consistent store up to here
-        time.resize((length,))
-        time[index] = step
+        time.resize((length,))  # last: readers open a consistent store up to here
         _consolidate(self.spec)
 
 
