@@ -46,7 +46,7 @@ from pgas.errors import HaloError
 from pgas.halo import extend, refill_mirror
 from pgas.layout import Layout
 from pgas.lower import anchor_of, check_dtype
-from pgas.plan import Choice, choose_steps_per_exchange
+from pgas.plan import Choice, choose_steps_per_exchange, platform_of
 from pgas.report import CommReport, compiled_report, exchanges_of
 from pgas.view import normalize_index
 
@@ -186,13 +186,9 @@ def choose(u: GlobalArray, halo: int | Sequence[int] = 1,
     10
     """
     lay = u.layout
-    widths = _widths(lay, halo)
-    reads = int(np.prod([2 * h + 1 for h in widths]))
-    platform = "gpu" if lay.mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
     min_block = [a.min_length for a in lay.axes]
-    itemsize = np.dtype(u.dtype).itemsize
-    return choose_steps_per_exchange(steps_per_exchange, min_block, widths, itemsize, reads,
-                                     platform)  # fmt: skip
+    return choose_steps_per_exchange(steps_per_exchange, min_block, _widths(lay, halo),
+                                     platform_of(lay.mesh))  # fmt: skip
 
 
 def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=None,

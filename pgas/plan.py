@@ -88,12 +88,22 @@ class Choice:
     note: str = ""
 
 
-def model(min_block: Sequence[int], widths: Sequence[int], reads: int, platform: str) -> int:
+def platform_of(mesh) -> str:
+    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what the model knows).
+
+    >>> import pgas
+    >>> platform_of(pgas.make_mesh(devices=1))
+    'cpu'
+    """
+    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
+
+
+def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int:
     """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
 
-    >>> model((2**22,), (1,), 3, "cpu"), model((4096, 4096), (1, 1), 9, "cpu")
+    >>> model((2**22,), (1,), "cpu"), model((4096, 4096), (1, 1), "cpu")
     (16, 1)
-    >>> model((128, 128), (1, 1), 9, "cpu"), model((1001,), (1,), 3, "gpu")
+    >>> model((128, 128), (1, 1), "cpu"), model((1001,), (1,), "gpu")
     (8, 8)
     """
     cells = math.prod(min_block)
@@ -111,8 +121,6 @@ def choose_steps_per_exchange(
     requested: int | str,
     min_block: Sequence[int],
     widths: Sequence[int],
-    itemsize: int,
-    reads: int = 3,
     platform: str = "cpu",
 ) -> Choice:
     """Pick ``k``, the physical steps per halo exchange.
@@ -121,23 +129,21 @@ def choose_steps_per_exchange(
         requested: an int >= 1, or ``"auto"``.
         min_block: cells of the smallest block along each axis.
         widths: halo cells one step reads across each axis (0: not read across).
-        itemsize: bytes per cell.
-        reads: loads per cell update of the stencil.
-        platform: ``"cpu"`` or ``"gpu"``.
+        platform: ``"cpu"`` or ``"gpu"`` (:func:`platform_of`).
 
     Returns:
         A :class:`Choice`. An int request is lowered (and says so in ``note``)
         when a halo of ``k * width`` would not fit in the smallest block.
 
-    >>> choose_steps_per_exchange(4, (100,), (1,), 4).steps_per_exchange
+    >>> choose_steps_per_exchange(4, (100,), (1,)).steps_per_exchange
     4
-    >>> choose_steps_per_exchange(8, (5,), (1,), 4).note[:22]
+    >>> choose_steps_per_exchange(8, (5,), (1,)).note[:22]
     'lowered from 8 to 5: a'
     """
     requested = check_steps_per_exchange(requested)
     fit = min((b // w for b, w in zip(min_block, widths) if w), default=None)
     if requested == AUTO:
-        k = 1 if fit is None else max(1, min(model(min_block, widths, reads, platform), fit))
+        k = 1 if fit is None else max(1, min(model(min_block, widths, platform), fit))
         return Choice(k, requested)
     if fit is None or requested <= fit:
         return Choice(requested, requested)
@@ -158,24 +164,28 @@ class Plan:
             the whole step: an assignment reading another's result adds up).
         choice: the steps per exchange, ``k``, and why.
         halo: cells exchanged per side and axis once per ``k`` steps (``k * widths``).
-        steps_per_iteration: physical steps one iteration of the compiled loop runs.
-        reads: cells a cell update reads (the stencil's neighbourhood), for the model.
-        itemsize: bytes per cell (the widest field).
         platform: ``"cpu"`` or ``"gpu"``.
     """
 
     widths: tuple[int, ...]
     choice: Choice
     halo: tuple[int, ...]
-    steps_per_iteration: int
-    reads: int
-    itemsize: int
     platform: str
 
     @property
     def steps_per_exchange(self) -> int:
         """``k``: physical steps per halo exchange."""
         return self.choice.steps_per_exchange
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Physical steps one iteration of the compiled loop runs: one group, ``k``."""
+        return self.steps_per_exchange
+
+    @property
+    def reads(self) -> int:
+        """Cells a cell update may read: the neighbourhood of the step's reach."""
+        return math.prod(2 * w + 1 for w in self.widths)
 
     @property
     def note(self) -> str:
@@ -234,7 +244,6 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _trace(step, state, requested) -> Plan:
     import jax
-    import numpy as np
 
     arrays = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
               if isinstance(x, GlobalArray)]  # fmt: skip
@@ -250,11 +259,7 @@ def _trace(step, state, requested) -> Plan:
             widths = [max(w, p - e) for w, p, e in zip(widths, probe, leaf.ext)] + widths[
                 len(leaf.ext) :
             ]
-    itemsize = max(np.dtype(a.dtype).itemsize for a in arrays)
-    reads = int(np.prod([2 * w + 1 for w in widths]))
-    platform = arrays[0].layout.mesh.devices.flat[0].platform
-    platform = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
-    choice = choose_steps_per_exchange(requested, probe, widths, itemsize, reads, platform)
+    platform = platform_of(arrays[0].layout.mesh)
+    choice = choose_steps_per_exchange(requested, probe, widths, platform)
     k = choice.steps_per_exchange
-    return Plan(tuple(widths), choice, tuple(k * w for w in widths), k, reads, itemsize,
-                platform)  # fmt: skip
+    return Plan(tuple(widths), choice, tuple(k * w for w in widths), platform)

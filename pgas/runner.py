@@ -130,8 +130,7 @@ def chunk_length(steps: int, every: int | None, progress: bool) -> int | None:
 def _choice(problem: Problem, requested, blocks: tuple[int, ...], platform: str) -> Choice:
     halo = problem.halo
     widths = tuple(halo) if isinstance(halo, (tuple, list)) else (halo,) * len(problem.shape)
-    itemsize = np.dtype(problem.dtype).itemsize
-    return choose_steps_per_exchange(requested, blocks, widths, itemsize,
+    return choose_steps_per_exchange(requested, blocks, widths,
                                      platform="gpu" if platform == "gpu" else "cpu")  # fmt: skip
 
 

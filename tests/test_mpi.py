@@ -351,7 +351,7 @@ def chosen_k(case: dict, k, dims: list[int]) -> int:
     nd = len(case["shape"])
     halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
     blocks = [n // d for n, d in zip(case["shape"], dims)]
-    return choose_steps_per_exchange(k, blocks, halo, np.dtype(case["dtype"]).itemsize)
+    return choose_steps_per_exchange(k, blocks, halo)
 
 
 @pytest.mark.parametrize(

@@ -28,18 +28,18 @@ def test_life_reaches_both_axes():
 
 
 def test_model_and_choices():
-    assert model((2**22,), (1,), 3, "cpu") == 16 and model((4096, 4096), (1, 1), 9, "cpu") == 1
-    assert model((64, 64), (1, 1), 9, "cpu") == 8 and model((2**24,), (1,), 3, "gpu") == 2
-    assert choose_steps_per_exchange("auto", (10,), (1,), 4) == Choice(10, "auto")
-    assert choose_steps_per_exchange("auto", (10, 10), (0, 0), 4).steps_per_exchange == 1
-    lowered = choose_steps_per_exchange(12, (10,), (2,), 4)
+    assert model((2**22,), (1,), "cpu") == 16 and model((4096, 4096), (1, 1), "cpu") == 1
+    assert model((64, 64), (1, 1), "cpu") == 8 and model((2**24,), (1,), "gpu") == 2
+    assert choose_steps_per_exchange("auto", (10,), (1,)) == Choice(10, "auto")
+    assert choose_steps_per_exchange("auto", (10, 10), (0, 0)).steps_per_exchange == 1
+    lowered = choose_steps_per_exchange(12, (10,), (2,))
     assert lowered.steps_per_exchange == 5 and "lowered from 12 to 5" in lowered.note
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "fast"])
 def test_bad_requests(bad):
     with pytest.raises(pgas.PgasError, match="steps_per_exchange"):
-        choose_steps_per_exchange(bad, (10,), (1,), 4)
+        choose_steps_per_exchange(bad, (10,), (1,))
     with pytest.raises(pgas.PgasError, match="steps_per_exchange"):
         plan(heat, pgas.zeros((8,), pgas.make_mesh(devices=1)), bad)
 

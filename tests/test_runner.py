@@ -49,7 +49,7 @@ def test_steps_per_exchange_choice_is_reported(asked, k, lowered):
     opts = RunOptions(steps=10, devices=4, steps_per_exchange=asked)
     r = runner.run(heat_problem(), opts)  # blocks of 50 cells, halo 1
     if k is None:  # auto: what the shared model picks for these blocks
-        k = choose_steps_per_exchange("auto", (50,), (1,), 4).steps_per_exchange
+        k = choose_steps_per_exchange("auto", (50,), (1,)).steps_per_exchange
     assert r.steps_per_exchange == k and bool(r.steps_per_exchange_note) == lowered
     if lowered:
         assert "lowered from 64 to 50" in r.steps_per_exchange_note

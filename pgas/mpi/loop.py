@@ -266,7 +266,7 @@ def run(
         steps = schedule.check_steps(steps)
         every, chunk = schedule.check_schedule(steps, snapshot_every, chunk)
         choice = choose_steps_per_exchange(
-            steps_per_exchange, [ax.min_length for ax in grid.axes], halo, np.dtype(dtype).itemsize
+            steps_per_exchange, [ax.min_length for ax in grid.axes], halo
         )
         bounds = _update_bounds(grid, halo, faces, region)
         block = _Block(grid, halo, faces, bounds, choice.steps_per_exchange, dtype)
