@@ -10,8 +10,8 @@ and size, one worker process times, in one run:
   field's own size and dtype on the device (read + write, what a stencil
   step moves at best; not NumPy STREAM);
 - ``auto`` (``pgas.run``, default steps per exchange), ``auto_k1``
-  (``steps_per_exchange=1``), ``explicit`` at auto's ``k`` and
-  ``explicit_k1`` (``pgas.explicit.run``);
+  (``steps_per_exchange=1``; any ``auto_kN``), ``explicit`` at auto's ``k``
+  and ``explicit_k1`` (``pgas.explicit.run``; any ``explicit_kN``);
 - ``naive``: the global-view program in plain JAX on a sharded
   ``jax.Array`` (heat: ``u.at[1:-1].set(...)``; Life: the ``jnp.roll`` sum
   of the 8 neighbours);
@@ -128,7 +128,8 @@ def worker(a) -> dict:
         if x0.shape[0] % a.devices:  # plain JAX needs even blocks
             return None
         return (lambda x, n: loop(x, jnp.int32(n))), (
-            lambda: jax.device_put(x0, NamedSharding(mesh, spec)))
+            lambda: jax.device_put(x0, NamedSharding(mesh, spec))
+        )
 
     def naive(u):
         if heat:
@@ -150,11 +151,11 @@ def worker(a) -> dict:
             return plain(naive)
         if name == "plain_separable":
             return plain(separable)
+        k = int(name.rsplit("_k", 1)[1]) if "_k" in name else None  # auto_k4, explicit_k4
         if name.startswith("auto"):
-            k = 1 if name == "auto_k1" else "auto"
             s = separable_life if name == "auto_separable" else step
-            return (lambda u, n: pgas.run(s, u, n, steps_per_exchange=k)), make
-        k = 1 if name == "explicit_k1" else k_auto
+            return (lambda u, n: pgas.run(s, u, n, steps_per_exchange=k or "auto")), make
+        k = k or k_auto
         return (lambda u, n: explicit.run(kernel, u, n, 1, region, steps_per_exchange=k)), make
 
     def timed(prog, state):
@@ -257,8 +258,9 @@ def sweep(mode: str, platform: str = "gpu", command_buffers: bool = False) -> di
     env = {}
     if platform == "gpu":
         code = "import gpu, json; print(json.dumps(gpu.machine_gpu()))"
+        env = dict(os.environ, JAX_PLATFORMS="cuda")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=300, cwd=HERE, env=dict(os.environ, JAX_PLATFORMS="cuda"))  # fmt: skip
+                           timeout=300, cwd=HERE, env=env)  # fmt: skip
         env = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {}
     return {"mode": mode, "platform": platform, "machine": env, "runs": runs}
 
@@ -294,7 +296,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.05)
     ap.add_argument("--platform", choices=("gpu", "cpu"), default="gpu",
-                    help="cpu: the same forms on virtual CPU devices (to try the script)")  # fmt: skip
+                    help="cpu: the same forms on CPU devices (to try the script)")  # fmt: skip
     ap.add_argument("--command-buffers", action="store_true",
                     help="also time auto with XLA command buffers on WHILE loops")  # fmt: skip
     ap.add_argument("--tiny", action="store_true")

@@ -18,7 +18,7 @@ from jax.sharding import AxisType, Mesh
 from pgas.decomposition import dims_create
 from pgas.errors import DeviceCountError, MeshError
 
-__all__ = ["make_mesh", "use_cpu_devices"]
+__all__ = ["make_mesh", "use_cpu_devices", "platform_of"]
 
 
 def use_cpu_devices(count: int) -> None:
@@ -132,3 +132,13 @@ def _infer_shape(shape: tuple[int, ...], names: tuple[str, ...], count: int) -> 
             f"devices={known * max(count // known, 1)}"
         )
     return tuple(count // known if s == -1 else s for s in shape)
+
+
+def platform_of(mesh) -> str:
+    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what the model knows).
+
+    >>> import pgas
+    >>> platform_of(pgas.make_mesh(devices=1))
+    'cpu'
+    """
+    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"

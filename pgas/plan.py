@@ -30,10 +30,16 @@ from what XLA compiles and what we measured on the 2-core CI machine
   and on small blocks (``<= 2**16`` cells per device) where the fixed cost
   dominates, ``k = 16`` (1-D) or ``8``.
 - ``k`` never exceeds what the smallest block holds (``block // width``).
-- On a GPU (not measured here) every loop iteration costs about 20 us
-  (FACTS.md) and each sub-step is its own kernel, so ``k = 8`` amortises
-  the iteration on blocks up to ``2**22`` cells and ``k = 2`` beyond; L2 and
-  shared-memory tiling of the sub-steps would be the next lever there.
+- On a GPU (fitted on one H100, benchmarks/README.md "GPU") every loop
+  iteration costs about 20 us whatever it computes, and sub-steps run as
+  separate kernels, so on small and medium blocks ``k`` is the steps per
+  iteration that amortise it: ``k = 32`` up to ``2**16`` cells (heat1d 1001
+  cells: 0.9 us per step, against 28 at ``k = 1``), ``16`` up to ``2**22``.
+  On large blocks bytes count: a 1-D reach gets ``k = 2`` (the two
+  sub-steps share one kernel: heat1d ``2**26`` cells at 1.09x the copy
+  loop), a 2-D or 3-D reach ``k = 8`` (Life ``8192**2``: 107 us per step,
+  0.95x the u8 copy loop, against 421 at ``k = 1``). Keeping a tile on chip
+  for ``k`` sub-steps (shared memory) would be the next lever there.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from collections.abc import Sequence
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
 from pgas.frames import frames, step_fn
+from pgas.mesh import platform_of
 
 __all__ = [
     "Plan",
@@ -88,28 +95,24 @@ class Choice:
     note: str = ""
 
 
-def platform_of(mesh) -> str:
-    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what the model knows).
-
-    >>> import pgas
-    >>> platform_of(pgas.make_mesh(devices=1))
-    'cpu'
-    """
-    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
-
-
 def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int:
     """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
 
     >>> model((2**22,), (1,), "cpu"), model((4096, 4096), (1, 1), "cpu")
     (16, 1)
     >>> model((128, 128), (1, 1), "cpu"), model((1001,), (1,), "gpu")
-    (8, 8)
+    (8, 32)
+    >>> model((2**26,), (1,), "gpu"), model((8192, 8192), (1, 1), "gpu")
+    (2, 8)
     """
     cells = math.prod(min_block)
     axes = sum(w > 0 for w in widths)
-    if platform == "gpu":  # every loop iteration costs ~20 us; each sub-step is its own pass
-        return 8 if cells <= 2**22 else 2
+    if platform == "gpu":  # every loop iteration costs ~20 us (measured on an H100)
+        if cells <= SMALL_BLOCK:
+            return 32
+        if cells <= 2**22:
+            return 16
+        return 2 if axes <= 1 else 8  # 1-D: two sub-steps fuse; 2-D: amortise the 2-D exchange
     if cells <= SMALL_BLOCK:  # latency-bound: one synchronisation per k steps
         return 8 if axes > 1 else 16
     if axes <= 1:  # a 1-D reach: XLA fuses up to 3 sub-steps into one pass

@@ -79,8 +79,10 @@ def select(platform: str, devices: int | None) -> None:
 
     if platform not in ("auto", "cpu", "gpu"):
         raise PgasError(f"platform = {platform!r}: choose auto, cpu or gpu")
-    if platform != "auto":
-        jax.config.update("jax_platforms", platform)  # no effect once JAX has started
+    if platform != "auto":  # no effect once JAX has started
+        # JAX's "gpu" asks for CUDA *and* ROCm and fails where one plugin is missing:
+        # for gpu, let JAX pick from the plugins present, then check it found a GPU.
+        jax.config.update("jax_platforms", None if platform == "gpu" else platform)
     if devices is not None and platform != "gpu":
         try:
             use_cpu_devices(devices)

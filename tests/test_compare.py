@@ -83,6 +83,22 @@ def test_missing_mpiexec_is_explained(monkeypatch, tmp_path):
         run_mpi(f"{PROBLEMS}:heat", 1, 2)
 
 
+def test_example_compare_failure_exits_2_without_traceback(monkeypatch, capsys):
+    """A comparison whose mpiexec fails (here: no MPI library) ends like any user error."""
+    from helpers import fails_with, load_example
+
+    import pgas.compare
+
+    def broken(*args, **kwargs):
+        raise pgas.PgasError("mpiexec -n 2 failed (exit 1): libmpi.so.12: cannot open shared")
+
+    monkeypatch.setattr(pgas.compare, "run_mpi", broken)
+    heat = load_example("heat1d")
+    err = fails_with(heat.main, ["--devices", "2", "--n", "64", "--steps", "4", "--compare"],
+                     capsys, "mpiexec -n 2 failed", "libmpi.so.12")  # fmt: skip
+    assert "Traceback" not in err
+
+
 def test_worker_checks_the_rank_count_it_was_launched_with(tmp_path):
     """A worker started without the ranks compare launched (here: no mpiexec at all) stops
     with pgas.mpi.require_launcher's message instead of reporting a 1-rank run."""

@@ -29,3 +29,13 @@ def test_step_fn_materialises_and_refuses_none():
     assert isinstance(step_fn(lambda u: u + 1)(u), pgas.GlobalArray)
     with pytest.raises(pgas.PgasError, match="returned None"):
         step_fn(lambda u: None)(u)
+
+
+def test_hold_the_extended_block_on_cpu_and_for_2d_halos_on_gpu():
+    from types import SimpleNamespace
+
+    from pgas.frames import hold
+
+    gpu = SimpleNamespace(devices=np.array([SimpleNamespace(platform="cuda")]))
+    assert hold(gpu, (1, 1)) and not hold(gpu, (2,)) and not hold(gpu, (0, 3))
+    assert hold(pgas.make_mesh(devices=1), (2,))

@@ -64,6 +64,14 @@ def test_gpu_without_gpu(keep_platforms):
         platform.select("gpu", None)
 
 
+def test_gpu_lets_jax_pick_the_gpu_plugin(keep_platforms, monkeypatch):
+    """JAX's "gpu" means CUDA and ROCm and fails without both plugins (seen on an H100)."""
+    fake_gpu(monkeypatch)
+    jax.config.update("jax_platforms", "cpu")
+    platform.select("gpu", None)
+    assert jax.config.jax_platforms in (None, "")
+
+
 def test_unknown_platform():
     with pytest.raises(pgas.PgasError, match="platform = 'tpu': choose auto, cpu or gpu"):
         platform.select("tpu", None)

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                              snapshots=64)  # fmt: skip
     session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
     if opts.compare:
-        compare.print_comparison(__file__, opts, kwargs)
+        options.or_exit(ap, lambda: compare.print_comparison(__file__, opts, kwargs))
     output = Output(
         "u", ("x",), diagnostics=diagnostics,
         attrs={"n": args.n, "init": args.init, "mode": args.mode, "seed": args.seed,

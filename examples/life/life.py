@@ -246,7 +246,9 @@ def main(argv: list[str] | None = None) -> dict | None:
                              snapshots=100)  # fmt: skip
     session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
     if opts.compare:
-        compare.print_comparison(__file__, opts, source, factory=make.__name__)
+        options.or_exit(
+            ap, lambda: compare.print_comparison(__file__, opts, source, factory=make.__name__)
+        )
     output = Output(
         "board", ("y", "x"), diagnostics=diagnostics,
         attrs={"size": kwargs["size"], "pattern": args.pattern, "at": kwargs["at"] or "centre",
