@@ -176,9 +176,16 @@ def sweep(mode: str, platform: str = "cpu") -> dict:
     runs = []
     jobs = [("heat1d", n, d) for n, ds in m["heat"] for d in ds]
     jobs += [("life", n, d) for n, ds in m["life"] for d in ds]
+    overheads = m["overhead"]
+    if platform == "gpu":  # only as many devices as there are GPUs
+        from gpu import gpu_count
+
+        have = gpu_count(platform)
+        jobs = [j for j in jobs if j[2] <= have]
+        overheads = [d for d in overheads if d <= have]
     for stencil, size, devices in jobs:
         runs.append(_worker(stencil, size, devices, m, overhead=False))
-    for devices in m["overhead"]:
+    for devices in overheads:
         runs.append(_worker("heat1d", 2**22 * devices, devices, m, overhead=True))
     return {"mode": mode, "runs": runs}
 

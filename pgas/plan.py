@@ -32,14 +32,14 @@ from what XLA compiles and what we measured on the 2-core CI machine
 - ``k`` never exceeds what the smallest block holds (``block // width``).
 - On a GPU (fitted on one H100, benchmarks/README.md "GPU") every loop
   iteration costs about 20 us whatever it computes, and sub-steps run as
-  separate kernels, so on small and medium blocks ``k`` is the steps per
-  iteration that amortise it: ``k = 32`` up to ``2**16`` cells (heat1d 1001
-  cells: 0.9 us per step, against 28 at ``k = 1``), ``16`` up to ``2**22``.
-  On large blocks bytes count: a 1-D reach gets ``k = 2`` (the two
-  sub-steps share one kernel: heat1d ``2**26`` cells at 1.09x the copy
-  loop), a 2-D or 3-D reach ``k = 8`` (Life ``8192**2``: 107 us per step,
-  0.95x the u8 copy loop, against 421 at ``k = 1``). Keeping a tile on chip
-  for ``k`` sub-steps (shared memory) would be the next lever there.
+  separate kernels, so ``k`` is above all the steps per iteration that
+  amortise it: ``k = 32`` up to ``2**16`` cells (heat1d 1001 cells: 0.9 us
+  per step, against 24 at ``k = 1``), else ``16`` (heat1d ``2**22`` cells:
+  2.3x the copy loop; Life ``8192**2``: 100 us per step, 1.0x the u8 copy
+  loop, against 421 at ``k = 1``), except a 1-D reach on more than ``2**24``
+  cells, where ``k = 2`` runs both sub-steps in one kernel (heat1d ``2**26``:
+  1.01x the copy loop). Keeping a tile on chip for ``k`` sub-steps (shared
+  memory) would be the next lever on large blocks.
 """
 
 from __future__ import annotations
@@ -103,16 +103,14 @@ def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int
     >>> model((128, 128), (1, 1), "cpu"), model((1001,), (1,), "gpu")
     (8, 32)
     >>> model((2**26,), (1,), "gpu"), model((8192, 8192), (1, 1), "gpu")
-    (2, 8)
+    (2, 16)
     """
     cells = math.prod(min_block)
     axes = sum(w > 0 for w in widths)
     if platform == "gpu":  # every loop iteration costs ~20 us (measured on an H100)
         if cells <= SMALL_BLOCK:
             return 32
-        if cells <= 2**22:
-            return 16
-        return 2 if axes <= 1 else 8  # 1-D: two sub-steps fuse; 2-D: amortise the 2-D exchange
+        return 2 if axes <= 1 and cells > 2**24 else 16  # large 1-D: two sub-steps share a kernel
     if cells <= SMALL_BLOCK:  # latency-bound: one synchronisation per k steps
         return 8 if axes > 1 else 16
     if axes <= 1:  # a 1-D reach: XLA fuses up to 3 sub-steps into one pass

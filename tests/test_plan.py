@@ -29,13 +29,14 @@ def test_life_reaches_both_axes():
 
 def test_model_and_choices():
     assert model((2**22,), (1,), "cpu") == 16 and model((4096, 4096), (1, 1), "cpu") == 1
-    assert model((64, 64), (1, 1), "cpu") == 8 and model((2**24,), (1,), "gpu") == 2
+    assert model((64, 64), (1, 1), "cpu") == 8 and model((2**25,), (1,), "gpu") == 2
 
 
 def test_gpu_model_amortises_the_iteration():
     """On a GPU small blocks run many steps per loop iteration; large ones weigh bytes."""
     assert model((1001,), (1,), "gpu") == 32 and model((1024, 1024), (1, 1), "gpu") == 16
-    assert model((8192, 8192), (1, 1), "gpu") == 8 and model((2**26,), (1,), "gpu") == 2
+    assert model((8192, 8192), (1, 1), "gpu") == 16 and model((2**26,), (1,), "gpu") == 2
+    assert model((2**24,), (1,), "gpu") == 16
     assert choose_steps_per_exchange("auto", (20,), (1,), "gpu").steps_per_exchange == 20
 
 
