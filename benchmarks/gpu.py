@@ -286,6 +286,25 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def write_readme(res: dict, path: str) -> None:
+    """Put the table of ``res`` between the GPU markers of benchmarks/README.md."""
+    start, end = "<!-- gpu:start -->", "<!-- gpu:end -->"
+    mc = res["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in mc.items() if k.startswith(("jax", "nvidia-")))
+    driver = (mc.get("nvidia_smi") or ["?, ?"])[0].split(", ")[1]
+    plain = [r for r in res["runs"] if r.get("copy_GB_per_s") and not r.get("xla_flags")]
+    copies = ", ".join(f"{r['stencil']} {r['cells']}: {r['copy_GB_per_s']:.0f}" for r in plain)
+    head = (f"Run `{res['mode']}` on {mc.get('devices')} x {mc.get('device_kind')} (driver "
+            f"{driver}, CUDA {mc.get('cuda_driver_api')}); {versions}; pgas {mc.get('pgas')}. "
+            f"Copy loop GB/s (read + write): {copies}")  # fmt: skip
+    block = "\n".join([start, "", head + ".", "", table(res), "", end])
+    text = open(path).read()
+    if start not in text:
+        text += f"\n{start}\n{end}\n"
+    pre, rest = text.split(start, 1)
+    open(path, "w").write(pre + block + rest.split(end, 1)[1])
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", action="store_true")

@@ -1,6 +1,7 @@
 """Run the benchmark suite in one command: roofline, peers, scaling, communication, memory.
 
     python benchmarks/run.py [--quick | --tiny] [--out DIR]
+    python benchmarks/run.py --platform gpu [--quick]   # benchmarks/gpu.py, the GPU section
 
 Writes DIR/results.json, DIR/*.png and regenerates the results table of
 benchmarks/README.md (between the marker comments; not in --tiny mode or with
@@ -121,10 +122,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--tiny", action="store_true", help="seconds; for the tests")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--no-readme", action="store_true")
+    ap.add_argument("--platform", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: benchmarks/gpu.py on the GPUs present, and the README's GPU "
+                    "section")  # fmt: skip
     a = ap.parse_args(argv)
     mode = "tiny" if a.tiny else "quick" if a.quick else "full"
     m = MODES[mode]
     os.makedirs(a.out, exist_ok=True)
+    if a.platform == "gpu":
+        import gpu
+
+        res = gpu.main([f"--{mode}", "--command-buffers", "--out", a.out])
+        if not a.no_readme and mode != "tiny":
+            gpu.write_readme(res, os.path.join(HERE, "README.md"))
+        return res
     t0 = time.perf_counter()
     res = {
         "mode": mode,

@@ -73,3 +73,33 @@ def test_tiny_run_writes_results_and_plots(tmp_path):
                 axes = 0 if run["devices"] == 1 else 1  # 2 devices: one split axis
                 assert r["permutes_per_step"] == 2 * axes / r["k"], (run["stencil"], r)
                 assert r["peak_over_block"] > 0
+
+
+def test_gpu_benchmark_runs_its_forms_and_writes_its_section(tmp_path):
+    """benchmarks/gpu.py on CPU devices (its --platform cpu): every form bitwise, one table."""
+    out = tmp_path / "gpu"
+    subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"), "--tiny", "--platform",
+         "cpu", "--out", str(out)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    res = json.loads((out / "gpu.json").read_text())
+    runs = {(r["stencil"], r["size"]): r for r in res["runs"]}
+    assert set(runs) == {("heat1d", 1001), ("heat1d", 4096), ("life", 64)}
+    life = runs["life", 64]["forms"]
+    assert {"copy", "auto", "auto_k1", "explicit", "naive", "plain_separable",
+            "auto_separable"} <= set(life)  # fmt: skip
+    for r in res["runs"]:
+        for name, f in r["forms"].items():
+            assert "error" not in f and f["us_per_step"] > 0, (name, f)
+            assert name == "copy" or f["bitwise_equal"] is True, name
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import gpu
+
+    res["machine"] = {"devices": 1, "device_kind": "test", "jax": "0", "pgas": "0"}
+    readme = tmp_path / "README.md"
+    readme.write_text("# Benchmarks\n\nbefore\n<!-- gpu:start -->\nold\n<!-- gpu:end -->\nafter\n")
+    gpu.write_readme(res, str(readme))
+    text = readme.read_text()
+    assert "old" not in text and "before" in text and "after" in text
+    assert "| life | 4096 | 1 | 8 | auto_separable |" in text
