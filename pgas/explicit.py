@@ -43,6 +43,7 @@ from jax.sharding import PartitionSpec
 from pgas.array import GlobalArray
 from pgas.boundary import Periodic
 from pgas.errors import HaloError
+from pgas.frames import hold
 from pgas.halo import extend, refill_mirror
 from pgas.layout import Layout
 from pgas.lower import anchor_of, check_dtype
@@ -136,6 +137,8 @@ def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Cal
         anchor = None if counter is None else anchor_of(counter)
         ext = tuple(k * h for h in widths)
         blocks = _extended(block, layout, ext, numbers)
+        if hold(layout.mesh, ext):  # built once, read by the kernel alone (as in pgas.run)
+            blocks = jax.lax.optimization_barrier(blocks)
         for _ in range(k):
             dom = tuple(e - h for e, h in zip(ext, widths))
             new = kernel(blocks.reshape(blocks.shape[1::2]))
