@@ -266,23 +266,24 @@ def sweep(mode: str, platform: str = "gpu", command_buffers: bool = False) -> di
 
 
 def table(res: dict) -> str:
-    """The results as a Markdown table: us per step and x copy per form."""
-    lines = ["| stencil | cells | devices | k auto | form | us/step | x copy | bitwise |",
-             "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |"]  # fmt: skip
+    """The results as a Markdown table: us per step, x copy, bitwise, peak memory per form."""
+    head = "| stencil | cells | devices | k auto | form | us/step | x copy | bitwise | peak/block |"
+    lines = [head, "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |"]
     for r in res["runs"]:
         if "error" in r:
-            lines.append(f"| {r['stencil']} | {r['size']} | {r['devices']} | | error | | | |")
+            lines.append(f"| {r['stencil']} | {r['size']} | {r['devices']} | | error | | | | |")
             continue
         tag = " (+WHILE)" if r.get("xla_flags") else ""
         for name, f in r["forms"].items():
             if "us_per_step" not in f:
                 lines.append(f"| {r['stencil']} | {r['cells']} | {r['devices']} | "
-                             f"{r['k_auto']} | {name}{tag} | error | | |")  # fmt: skip
+                             f"{r['k_auto']} | {name}{tag} | error | | | |")  # fmt: skip
                 continue
             eq = {True: "yes", False: "NO"}.get(f.get("bitwise_equal"), "")
+            peak = f"{f['peak_over_block']:.2f}" if "peak_over_block" in f else ""
             lines.append(f"| {r['stencil']} | {r['cells']} | {r['devices']} | {r['k_auto']} | "
                          f"{name}{tag} | {f['us_per_step']:.2f} | {f.get('x_copy', 0):.2f} | "
-                         f"{eq} |")  # fmt: skip
+                         f"{eq} | {peak} |")  # fmt: skip
     return "\n".join(lines)
 
 
