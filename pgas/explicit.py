@@ -46,7 +46,8 @@ from pgas.errors import HaloError
 from pgas.halo import extend, refill_mirror
 from pgas.layout import Layout
 from pgas.lower import anchor_of, check_dtype
-from pgas.plan import Choice, choose_steps_per_exchange, platform_of
+from pgas.mesh import platform_of
+from pgas.plan import Choice, choose_steps_per_exchange
 from pgas.report import CommReport, compiled_report, exchanges_of
 from pgas.view import normalize_index
 

@@ -18,7 +18,7 @@ from jax.sharding import AxisType, Mesh
 from pgas.decomposition import dims_create
 from pgas.errors import DeviceCountError, MeshError
 
-__all__ = ["make_mesh", "use_cpu_devices"]
+__all__ = ["make_mesh", "use_cpu_devices", "platform_of"]
 
 
 def use_cpu_devices(count: int) -> None:
@@ -49,6 +49,16 @@ def use_cpu_devices(count: int) -> None:
             f"JAX array is made, or set XLA_FLAGS=--xla_force_host_platform_device_count="
             f"{count} in the environment"
         ) from None
+
+
+def platform_of(mesh: Mesh) -> str:
+    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what pgas tells apart).
+
+    >>> import pgas
+    >>> platform_of(pgas.make_mesh(devices=1))
+    'cpu'
+    """
+    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
 
 
 def make_mesh(

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
 from pgas.frames import frames, step_fn
+from pgas.mesh import platform_of
 
 __all__ = [
     "Plan",
@@ -88,16 +89,6 @@ class Choice:
     note: str = ""
 
 
-def platform_of(mesh) -> str:
-    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what the model knows).
-
-    >>> import pgas
-    >>> platform_of(pgas.make_mesh(devices=1))
-    'cpu'
-    """
-    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
-
-
 def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int:
     """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
 
@@ -129,7 +120,7 @@ def choose_steps_per_exchange(
         requested: an int >= 1, or ``"auto"``.
         min_block: cells of the smallest block along each axis.
         widths: halo cells one step reads across each axis (0: not read across).
-        platform: ``"cpu"`` or ``"gpu"`` (:func:`platform_of`).
+        platform: ``"cpu"`` or ``"gpu"`` (:func:`pgas.mesh.platform_of`).
 
     Returns:
         A :class:`Choice`. An int request is lowered (and says so in ``note``)
