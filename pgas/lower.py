@@ -42,26 +42,27 @@ fusion (2-3x slower at ``k = 8``).
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
 window) is a :class:`~pgas.view.Shifted` node that keeps ``rows`` whole. On
 the platforms in :data:`KEPT_ON` (GPUs) :func:`evaluate` computes each such
-inner expression once per assignment (one object, one array), over the domain
-widened by what all its uses need (:func:`margins`, per axis and side:
-``shift(rows, 1, 0)`` alone needs one more row on the low side), and reads every use,
-shifted or not, as a static slice of it. Elsewhere each use computes it again
-from windows moved by the shift, the lowering before ``Shifted``. Why: Life
-written separably, ``rows = g + shift(g, 1, 1) + shift(g, -1, 1)`` and
-``n = rows + shift(rows, 1, 0) + shift(rows, -1, 0) - g``, collapses into one
-kernel of 9 moved reads of the board; kept, it is a row sum over the extended
-rows and a 3-read column sum, as plain JAX compiles the same formula. On an
-H100 at 8192 x 8192 (uint8) plain JAX's two kernels took 197 us per
-generation, pgas 0.1.0's 9-read kernel 438 us; that XLA GPU also keeps
-pgas's intermediate is not measured yet (``benchmarks/gpu.py``:
+inner expression once per assignment (one object, one array), over the
+domain widened by what all its uses need (:func:`margins`, per axis and
+side: ``shift(rows, 1, 0)`` alone needs one more row on the low side), and
+reads every use, shifted or not, as a static slice of it. Elsewhere each use
+computes it again from windows moved by the shift, the lowering before
+``Shifted``. Why: Life written separably,
+``rows = g + shift(g, 1, 1) + shift(g, -1, 1)`` and
+``n = rows + shift(rows, 1, 0) + shift(rows, -1, 0) - g``, collapses into
+one kernel of 9 moved reads of the board; kept, it is a row sum over the
+extended rows and a 3-read column sum, as plain JAX compiles the same
+formula. On an H100 at 8192 x 8192 (uint8) plain JAX's two kernels took
+197 us per generation, pgas 0.1.0's 9-read kernel 438 us; that XLA GPU also
+keeps pgas's intermediate is not measured yet (``benchmarks/gpu.py``:
 ``auto_separable_k1`` against ``auto_k1``). XLA CPU fuses an elementwise
-producer into each consumer and recomputes it: at ``k = 1`` the step
-compiles to the same loop kept or not, and in a deep-halo group the kept
-intermediates split the fusion of the sub-steps into twice as many loops
-that recompute across sub-steps (separable Life, 256 x 256 on 4 CPU devices,
-``k = 8``: 2.4 to 3.1 times the time per step collapsed, about 250 against
-80 us), so the CPU is not in :data:`KEPT_ON` and compiles what it did before
-``Shifted``, instruction for instruction.
+producer into each consumer and recomputes it: at ``k = 1`` separable Life
+compiles to one loop of 9 reads per cell kept or not, and in a deep-halo
+group the kept intermediates split the fusion of the sub-steps into twice
+as many loops that recompute across sub-steps (separable Life, 256 x 256 on
+4 CPU devices, ``k = 8``: 2.4 to 3.1 times the time per step collapsed,
+about 250 against 80 us), so the CPU is not in :data:`KEPT_ON` and compiles
+what it did before ``Shifted``, instruction for instruction.
 
 Kept and collapsed are the same arithmetic on the same cells, with no mask or
 boundary treatment in between: the same bits for integers and wherever XLA
