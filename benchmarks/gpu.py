@@ -16,8 +16,9 @@ and size, one worker process times, in one run:
   ``jax.Array`` (heat: ``u.at[1:-1].set(...)``; Life: the ``jnp.roll`` sum
   of the 8 neighbours);
 - Life only: ``plain_separable`` (plain JAX, a 3-row sum by rolls, then the
-  3-column sum) and ``auto_separable`` (the same formula in pgas's global
-  view, :func:`separable_life`);
+  3-column sum), ``auto_separable`` (the same formula in pgas's global
+  view, :func:`separable_life`) and ``auto_separable_k1`` (the same at
+  ``steps_per_exchange=1``);
 - with ``--command-buffers``: ``auto`` again under XLA's
   ``--xla_gpu_enable_command_buffer=+WHILE`` (a whole loop as one CUDA graph).
 
@@ -47,7 +48,7 @@ MODES = {
                  16384], repeats=7, min_seconds=0.1),
 }  # fmt: skip
 HEAT_FORMS = ["copy", "auto_k1", "auto", "explicit", "explicit_k1", "naive"]
-LIFE_FORMS = HEAT_FORMS + ["plain_separable", "auto_separable"]
+LIFE_FORMS = HEAT_FORMS + ["plain_separable", "auto_separable", "auto_separable_k1"]
 
 
 def separable_life(g):
@@ -153,7 +154,7 @@ def worker(a) -> dict:
             return plain(separable)
         k = int(name.rsplit("_k", 1)[1]) if "_k" in name else None  # auto_k4, explicit_k4
         if name.startswith("auto"):
-            s = separable_life if name == "auto_separable" else step
+            s = separable_life if "separable" in name else step
             return (lambda u, n: pgas.run(s, u, n, steps_per_exchange=k or "auto")), make
         k = k or k_auto
         return (lambda u, n: explicit.run(kernel, u, n, 1, region, steps_per_exchange=k)), make

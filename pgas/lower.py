@@ -15,7 +15,9 @@ named phases; relative to the assigned window every view of an array is a
    come along). Inside a compiled loop the arrays arrive already extended
    (*deep halos*, below) and nothing is sent.
 3. :func:`evaluate`: the expression on local slices of the sources, over the
-   assignment's *domain*: the block plus ``domain[i]`` halo cells per side.
+   assignment's *domain*: the block plus ``domain[i]`` halo cells per side
+   (on GPUs a shifted expression is computed once, wider: *shifts of
+   expressions*, below).
 4. :func:`write`: a mask built from global indices keeps what the window
    does not cover (cells outside it, padding, the outer cells of a ``Keep``
    face, ghost cells beyond the domain edge) and writes the rest.
@@ -36,6 +38,39 @@ LLVM turns into about one pass over memory, so a memory-bound stencil runs
 above the copy roofline. Keeping each sub-step's shape (padding instead of
 shrinking) or building the extended block lazily with selects defeats that
 fusion (2-3x slower at ``k = 8``).
+
+Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
+window) is a :class:`~pgas.view.Shifted` node that keeps ``rows`` whole. On
+the platforms in :data:`KEPT_ON` (GPUs) :func:`evaluate` computes each such
+inner expression once per assignment (one object, one array), over the
+domain widened by what all its uses need (:func:`margins`, per axis and
+side: ``shift(rows, 1, 0)`` alone needs one more row on the low side), and
+reads every use, shifted or not, as a static slice of it. Elsewhere each use
+computes it again from windows moved by the shift, the lowering before
+``Shifted``. Why: Life written separably,
+``rows = g + shift(g, 1, 1) + shift(g, -1, 1)`` and
+``n = rows + shift(rows, 1, 0) + shift(rows, -1, 0) - g``, collapses into
+one kernel of 9 moved reads of the board; kept, it is a row sum over the
+extended rows and a 3-read column sum, as plain JAX compiles the same
+formula. On an H100 at 8192 x 8192 (uint8) plain JAX's two kernels took
+197 us per generation, pgas 0.1.0's 9-read kernel 438 us; that XLA GPU also
+keeps pgas's intermediate is not measured yet (``benchmarks/gpu.py``:
+``auto_separable_k1`` against ``auto_k1``). XLA CPU fuses an elementwise
+producer into each consumer and recomputes it: at ``k = 1`` separable Life
+compiles to one loop of 9 reads per cell kept or not, and in a deep-halo
+group the kept intermediates split the fusion of the sub-steps into twice
+as many loops that recompute across sub-steps (separable Life, 256 x 256 on
+4 CPU devices, ``k = 8``: 2.4 to 3.1 times the time per step collapsed,
+about 250 against 80 us), so the CPU is not in :data:`KEPT_ON` and compiles
+what it did before ``Shifted``, instruction for instruction.
+
+Kept and collapsed are the same arithmetic on the same cells, with no mask or
+boundary treatment in between: the same bits for integers and wherever XLA
+fuses alike. But XLA (CPU and GPU) contracts a multiply feeding an add into
+one fused multiply-add within a kernel: an inner expression ending in an
+inexact product (``0.1 * x``; ``0.5 * x`` is exact) that XLA keeps in memory
+is rounded once more, an ulp here and there (seen on the CPU, kept, at
+``k = 3``, with ``0.1 * tanh(rows)`` as the inner expression).
 """
 
 from __future__ import annotations
@@ -55,9 +90,10 @@ from pgas.errors import (
     ShapeMismatchError,
 )
 from pgas.halo import extend, refill_mirror
-from pgas.view import SCALARS, Leaf, View, Window, as_view
+from pgas.mesh import platform_of
+from pgas.view import SCALARS, Leaf, Shifted, View, Window, as_view
 
-__all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
+__all__ = ["Read", "Source", "assign", "collect", "sources", "margins", "evaluate", "write",
            "check_dtype", "blocks_of", "physical_of", "anchor_of"]  # fmt: skip
 
 
@@ -200,20 +236,113 @@ def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int,
 
 
 # ---- 3. evaluate -------------------------------------------------------------------------
-def evaluate(value: View, window: Window, found: dict[int, Source], domain) -> jax.Array:
-    """The expression's values on the domain (blocks form, ``domain[i]`` halo cells per side)."""
+#: Platforms (:func:`pgas.mesh.platform_of`) on which a shifted expression is computed once.
+KEPT_ON: tuple[str, ...] = ("gpu",)
+Margins = tuple[tuple[int, ...], tuple[int, ...]]  # cells beyond the domain, low and high sides
 
-    def read(leaf: Leaf) -> jax.Array:
-        src = found[id(leaf.array)]
-        data, axes = src.data, leaf.array.layout.axes
-        for axis, (s, t, e, d) in enumerate(zip(leaf.window.start, window.start, src.ext, domain)):
-            start = e - d + s - t
-            size = axes[axis].block + 2 * d
-            if start or size != data.shape[2 * axis + 1]:
-                data = jax.lax.slice_in_dim(data, start, start + size, axis=2 * axis + 1)
+
+def _offsets(node: View, window: Window) -> tuple[int, ...]:
+    """The shift of ``node``'s operand per array axis (``Shifted`` offsets are per view axis)."""
+    ndim = len(window.kept)
+    if not isinstance(node, Shifted):
+        return (0,) * ndim
+    axes = [a for a in range(ndim) if window.kept[a]]  # view axis -> array axis
+    out = [0] * ndim
+    for axis, o in zip(axes, node.offsets):
+        out[axis] = o
+    return tuple(out)
+
+
+def margins(value: View, window: Window) -> dict[int, Margins]:
+    """How far beyond the domain each shifted expression is computed, per side and axis.
+
+    An expression used as ``shift(inner, o)`` at margins ``(lo, hi)`` needs
+    ``inner`` at ``(lo + o, hi - o)``; ``inner`` is computed once at the widest
+    margins over all its uses (keyed by ``id``), so each use is a slice of it.
+    """
+    order: list[View] = []  # every node after all the nodes that use it
+    seen: set[int] = set()
+
+    def visit(node: View) -> None:
+        if id(node) not in seen:
+            seen.add(id(node))
+            for child in node.operands():
+                visit(child)
+            order.append(node)
+
+    visit(value)
+    zero = (0,) * len(window.kept)
+    at: dict[int, Margins] = {id(value): (zero, zero)}  # the widest use of each node
+    shared = set()
+    for node in reversed(order):
+        lo, hi = at[id(node)]
+        o = _offsets(node, window)
+        for child in node.operands():
+            lo_c, hi_c = _plus(lo, o), _minus(hi, o)
+            if id(child) in at:
+                old = at[id(child)]
+                lo_c, hi_c = tuple(map(max, old[0], lo_c)), tuple(map(max, old[1], hi_c))
+            at[id(child)] = lo_c, hi_c
+            if isinstance(node, Shifted) and not isinstance(child, Leaf):
+                shared.add(id(child))
+    return {key: at[key] for key in shared}
+
+
+def _crop(data: jax.Array, cut_lo, cut_hi) -> jax.Array:
+    """``data`` (blocks form) less ``cut_lo[i]`` cells at the start of block axis ``i``, and
+    ``cut_hi[i]`` at its end."""
+    if jnp.ndim(data) == 0:  # an expression of no window (pgas.apply returning a constant)
         return data
+    for axis, (a, b) in enumerate(zip(cut_lo, cut_hi)):
+        if a or b:
+            n = data.shape[2 * axis + 1]
+            data = jax.lax.slice_in_dim(data, a, n - b, axis=2 * axis + 1)
+    return data
 
-    return value.evaluate(read)
+
+def evaluate(
+    value: View, window: Window, found: dict[int, Source], domain, keep: bool = True
+) -> jax.Array:
+    """The expression's values on the domain (blocks form, ``domain[i]`` halo cells per side).
+
+    Values are computed at margins ``(lo, hi)``: cells ``-domain[i] - lo[i]`` to
+    ``block + domain[i] + hi[i]``. A window is a slice of its source. With
+    ``keep`` the inner expression of a shift is computed once, at its
+    :func:`margins`, and every use of it, shifted or not, is a slice of that
+    one array; without, each use computes it again from windows moved by the
+    shift (the same arithmetic on the same values: the same bits).
+    """
+    wide = margins(value, window) if keep else {}
+    done: dict[int, jax.Array] = {}
+
+    def values(node: View, lo: tuple[int, ...], hi: tuple[int, ...]) -> jax.Array:
+        if id(node) not in wide:
+            return compute(node, lo, hi)
+        wlo, whi = wide[id(node)]
+        if id(node) not in done:
+            done[id(node)] = compute(node, wlo, whi)
+        return _crop(done[id(node)], _minus(wlo, lo), _minus(whi, hi))
+
+    def compute(node: View, lo: tuple[int, ...], hi: tuple[int, ...]) -> jax.Array:
+        if isinstance(node, Leaf):  # the source covers cells -ext to block + ext
+            src, at = found[id(node.array)], _minus(node.window.start, window.start)
+            cut = _minus(src.ext, domain)
+            return _crop(src.data, _plus(_minus(cut, lo), at), _minus(_minus(cut, hi), at))
+        if isinstance(node, Shifted):
+            o = _offsets(node, window)
+            return values(node.inner, _plus(lo, o), _minus(hi, o))
+        return node.fn(*(values(a, lo, hi) if isinstance(a, View) else a for a in node.args))
+
+    zero = (0,) * len(window.kept)
+    return values(value, zero, zero)
+
+
+def _plus(a, b) -> tuple[int, ...]:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _minus(a, b) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b))
 
 
 # ---- 4. write ----------------------------------------------------------------------------
@@ -253,6 +382,7 @@ def assign(target, window: Window, value) -> tuple[jax.Array, tuple[int, ...] | 
     reads = collect(target, window, value) if isinstance(value, View) else []
     found = sources(reads, target.ext or (0,) * target.layout.ndim)
     domain = domain_of(target, reads, found)
-    new = evaluate(value, window, found, domain) if isinstance(value, View) else value
+    keep = platform_of(target.layout.mesh) in KEPT_ON
+    new = evaluate(value, window, found, domain, keep) if isinstance(value, View) else value
     reach = [max([r.widths[a] for r in reads], default=0) for a in range(target.layout.ndim)]
     return write(target, window, new, reach, domain)

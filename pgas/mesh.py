@@ -51,6 +51,16 @@ def use_cpu_devices(count: int) -> None:
         ) from None
 
 
+def platform_of(mesh: Mesh) -> str:
+    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what pgas tells apart).
+
+    >>> import pgas
+    >>> platform_of(pgas.make_mesh(devices=1))
+    'cpu'
+    """
+    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"
+
+
 def make_mesh(
     axis_names: Sequence[str] = ("x",),
     shape: Sequence[int] | None = None,
@@ -132,13 +142,3 @@ def _infer_shape(shape: tuple[int, ...], names: tuple[str, ...], count: int) -> 
             f"devices={known * max(count // known, 1)}"
         )
     return tuple(count // known if s == -1 else s for s in shape)
-
-
-def platform_of(mesh) -> str:
-    """``"gpu"`` for a mesh of CUDA or ROCm devices, else ``"cpu"`` (what the model knows).
-
-    >>> import pgas
-    >>> platform_of(pgas.make_mesh(devices=1))
-    'cpu'
-    """
-    return "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda", "rocm") else "cpu"

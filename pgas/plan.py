@@ -130,7 +130,7 @@ def choose_steps_per_exchange(
         requested: an int >= 1, or ``"auto"``.
         min_block: cells of the smallest block along each axis.
         widths: halo cells one step reads across each axis (0: not read across).
-        platform: ``"cpu"`` or ``"gpu"`` (:func:`platform_of`).
+        platform: ``"cpu"`` or ``"gpu"`` (:func:`pgas.mesh.platform_of`).
 
     Returns:
         A :class:`Choice`. An int request is lowered (and says so in ``note``)

@@ -7,6 +7,13 @@ NumPy does, and builds an expression (:class:`Op`). Nothing runs until the
 expression is assigned, ``u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])``
 (see :mod:`pgas.lower`), or returned from a step.
 
+:func:`shift` of a window is another window (a :class:`Leaf` a few cells
+over); :func:`shift` of an expression keeps the expression whole
+(:class:`Shifted`), as the user wrote it, so that the lowering can compute it
+once over the cells all its uses need and slice each use from it (on GPUs;
+see :mod:`pgas.lower`) instead of copying it once per shift with every window
+moved.
+
 The operators live in the :class:`Operators` mixin, shared by views and by
 :class:`~pgas.GlobalArray` (a whole array is the view of all its cells).
 :func:`shift` reads across the domain edge by the array's boundary
@@ -27,7 +34,7 @@ import numpy as np
 from pgas.errors import IndexingError, ShapeMismatchError
 
 __all__ = [
-    "View", "Leaf", "Op", "Operators", "Window",
+    "View", "Leaf", "Op", "Shifted", "Operators", "Window",
     "shift", "where", "apply", "normalize_index", "as_view", "is_scalar",
 ]  # fmt: skip
 
@@ -104,16 +111,24 @@ class View(Operators):
         return self
 
     def leaves(self) -> list[Leaf]:
-        """The array windows the expression reads."""
+        """The array windows the expression reads, shifts applied (one per read).
+
+        >>> import numpy as np, pgas
+        >>> u = pgas.from_numpy(np.arange(6.0), pgas.make_mesh(devices=1))
+        >>> [leaf.window.start for leaf in pgas.shift(u[1:-1] + u[2:], 1).leaves()]
+        [(0,), (1,)]
+        """
         raise NotImplementedError
 
-    def evaluate(self, read: Callable[[Leaf], jax.Array]) -> jax.Array:
-        """The expression's values, with ``read(leaf)`` giving each window's values."""
+    def operands(self) -> tuple[View, ...]:
+        """The views the expression is built from (none for a window)."""
         raise NotImplementedError
 
     def shifted(self, offset: int, axis: int) -> View:
         """The expression read ``offset`` cells earlier along view axis ``axis``."""
-        raise NotImplementedError
+        if not offset:
+            return self
+        return Shifted(self, tuple(offset if a == axis else 0 for a in range(len(self.shape))))
 
     def __array__(self, *args, **kwargs):
         raise IndexingError(
@@ -182,8 +197,8 @@ class Leaf(View):
     def leaves(self) -> list[Leaf]:
         return [self]
 
-    def evaluate(self, read):
-        return read(self)
+    def operands(self) -> tuple[View, ...]:
+        return ()
 
     def shifted(self, offset, axis):
         w = self.window
@@ -215,12 +230,51 @@ class Op(View):
     def leaves(self):
         return [leaf for a in self.args if isinstance(a, View) for leaf in a.leaves()]
 
-    def evaluate(self, read):
-        return self.fn(*(a.evaluate(read) if isinstance(a, View) else a for a in self.args))
+    def operands(self) -> tuple[View, ...]:
+        return tuple(a for a in self.args if isinstance(a, View))
+
+
+class Shifted(View):
+    """An expression read ``offsets[i]`` cells earlier along each view axis, kept whole.
+
+    :func:`shift` of an expression builds one; shifting it again adds to
+    ``offsets`` (back to ``inner`` where they cancel). On GPUs the lowering
+    evaluates ``inner`` once per assignment over the cells all its uses need
+    and reads each use as a slice of that (see :mod:`pgas.lower`).
+    :meth:`leaves` gives the windows it reads with the offsets added, so
+    halo widths are those of every window moved by the shift.
+
+    >>> import numpy as np, pgas
+    >>> g = pgas.from_numpy(np.arange(16).reshape(4, 4), pgas.make_mesh(devices=1))
+    >>> rows = g + pgas.shift(g, 1, 1)
+    >>> s = pgas.shift(pgas.shift(rows, 1, 0), 2, 1)
+    >>> s.inner is rows, s.offsets
+    (True, (1, 2))
+    >>> pgas.shift(s, -1, 0).offsets, pgas.shift(pgas.shift(rows, 1, 0), -1, 0) is rows
+    ((0, 2), True)
+    """
+
+    __slots__ = ("inner", "offsets")
+
+    def __init__(self, inner: View, offsets: tuple[int, ...]):
+        self.inner, self.offsets = inner, offsets
+        self.shape, self.dtype, self.weak = inner.shape, inner.dtype, inner.weak
+
+    def leaves(self) -> list[Leaf]:
+        out = self.inner.leaves()
+        for axis, o in enumerate(self.offsets):
+            if o:
+                out = [leaf.shifted(o, axis) for leaf in out]
+        return out
+
+    def operands(self) -> tuple[View, ...]:
+        return (self.inner,)
 
     def shifted(self, offset, axis):
-        return Op(self.fn, tuple(a.shifted(offset, axis) if isinstance(a, View) else a
-                                 for a in self.args))  # fmt: skip
+        if not offset:
+            return self
+        offsets = tuple(o + offset if a == axis else o for a, o in enumerate(self.offsets))
+        return Shifted(self.inner, offsets) if any(offsets) else self.inner
 
 
 def as_view(x: Any) -> View | Any:
@@ -340,7 +394,10 @@ def shift(x, offset: int, axis: int = 0) -> View:
     Element ``i`` is ``x[i - offset]``; reads beyond the domain edge follow
     the array's boundary condition (periodic wraps; Dirichlet reads the value;
     Neumann and Keep mirror). Shifts compose (``shift(shift(g, 1, 0), 1, 1)`` is
-    the diagonal neighbour) and apply to expressions.
+    the diagonal neighbour) and apply to expressions: a shifted window is a
+    window (:class:`Leaf`), a shifted expression stays one expression
+    (:class:`Shifted`), which the lowering computes once however many shifts
+    of it an assignment reads (on GPUs; see :mod:`pgas.lower`).
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1), boundary=pgas.Dirichlet(-1))

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import pgas
-from pgas.view import Leaf, Op, View, normalize_index
+from pgas.lower import collect
+from pgas.view import Leaf, Op, Shifted, View, normalize_index
 
 
 def _array(n=8, devices=1, **kw):
@@ -55,6 +56,25 @@ def test_shift_composes_and_reads_the_boundary():
         pgas.shift(u, 1, axis=1)
     with pytest.raises(pgas.IndexingError, match="GlobalArray or View"):
         pgas.shift(np.zeros(3), 1)
+
+
+def test_shift_of_an_expression_keeps_it_whole():
+    g = pgas.zeros((6, 8), pgas.make_mesh(("y", "x"), shape=(1, 2), devices=2))
+    rows = g + pgas.shift(g, 1, 1) + pgas.shift(g, -1, 1)
+    up = pgas.shift(rows, 1, 0)
+    assert isinstance(up, Shifted) and up.inner is rows and up.offsets == (1, 0)
+    diagonal = pgas.shift(up, -2, 1)
+    assert diagonal.inner is rows and diagonal.offsets == (1, -2) and up.offsets == (1, 0)
+    assert pgas.shift(up, -1, 0) is rows and pgas.shift(up, 0, 1) is up
+    assert isinstance(pgas.shift(g, 1, 0), Leaf) and up.operands() == (rows,)
+    assert [leaf.window.start for leaf in diagonal.leaves()] == [(-1, 2), (-1, 1), (-1, 3)]
+    n = rows + up + pgas.shift(rows, -1, 0) - g  # the halo it needs: the 8 neighbours'
+    whole = normalize_index(..., (6, 8))
+    neighbours = sum(pgas.shift(pgas.shift(g, dy, 0), dx, 1) for dy in (-1, 0, 1)
+                     for dx in (-1, 0, 1) if (dy, dx) != (0, 0))  # fmt: skip
+    assert [r.widths for r in collect(g, whole, n)] == [(1, 1)]
+    assert [r.widths for r in collect(g, whole, neighbours)] == [(1, 1)]
+    assert (up.shape, up.dtype, up.weak) == (rows.shape, rows.dtype, rows.weak)
 
 
 def test_where_apply_astype_and_operands():

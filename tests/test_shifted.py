@@ -1,0 +1,226 @@
+"""Shifts of expressions: kept whole, computed once, bitwise equal to moving every window.
+
+``pgas.shift(rows, 1, 0)`` of an expression is a ``Shifted`` node; the lowering
+computes ``rows`` once over the cells all its uses need and slices each use
+from it where ``pgas.lower.KEPT_ON`` names the platform (GPUs by default).
+These tests lower every step both ways on the CPU (:func:`kept`): kept, and
+collapsed (each use recomputed from windows moved by the shift, the lowering
+before ``Shifted``), and compare the bits, also across deep halos
+(``steps_per_exchange`` 1, 3 and 8) and with NumPy where it is easy.
+Coefficients are powers of two: XLA contracts a multiply and an add into a
+fused multiply-add within a kernel, so a kept inexact product could round
+differently (see :mod:`pgas.lower`).
+"""
+
+import contextlib
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import life_numpy, load_example
+
+import pgas
+import pgas.lower
+from pgas.loop import program
+
+STEPS = 11
+KS = (1, 3, 8)
+
+
+@contextlib.contextmanager
+def kept(on: bool):
+    """Lower shifted expressions kept (``on``) or collapsed, here on the CPU."""
+    old = pgas.lower.KEPT_ON
+    pgas.lower.KEPT_ON = ("cpu", "gpu") if on else ()
+    program.cache_clear()  # compiled programs are cached per step: compile again
+    try:
+        yield
+    finally:
+        pgas.lower.KEPT_ON = old
+        program.cache_clear()
+
+
+def _numpy(state):
+    if isinstance(state, dict):
+        return {name: a.to_numpy() for name, a in state.items()}
+    return {"": state.to_numpy()}
+
+
+def _same_bits_every_way(step, make, steps=STEPS, ks=KS):
+    """The final state, collapsed at k = 1; kept at every k gives the same bits."""
+    with kept(False):
+        ref = _numpy(pgas.run(step, make(), steps, steps_per_exchange=1))
+    with kept(True):
+        for k in ks:
+            out = _numpy(pgas.run(step, make(), steps, steps_per_exchange=k))
+            for name in ref:
+                np.testing.assert_array_equal(out[name], ref[name], err_msg=f"{name} k = {k}")
+    return ref
+
+
+# ---- steps --------------------------------------------------------------------------------
+def separable_life(g):
+    rows = g + pgas.shift(g, 1, 1) + pgas.shift(g, -1, 1)
+    n = rows + pgas.shift(rows, 1, 0) + pgas.shift(rows, -1, 0) - g
+    g[...] = ((n == 3) | ((g == 1) & (n == 2))).astype(g.dtype)
+    return g
+
+
+def nested_1d(u):
+    """An expression at three offsets, inside a shift of an expression; where and scalars."""
+    a = 0.5 * u + 0.25 * pgas.shift(u, 1)
+    b = pgas.shift(0.125 * a + pgas.shift(a, -1), 1) + 0.125 * pgas.shift(a, -1)
+    u[...] = pgas.where(b > 0.45, b, 0.875 * b + 0.0625)
+    return u
+
+
+def windows_1d(u):
+    """Shifted expressions of windows (``u[:-2] + u[2:]``), assigned to a window."""
+    s = u[:-2] + u[2:]
+    t = pgas.shift(s, 1) + pgas.shift(s, -1) - s
+    u[1:-1] = 0.5 * u[1:-1] + 0.0625 * pgas.shift(t, -1) + 0.125 * s
+    return u
+
+
+def mixed_2d(state):
+    """Two arrays, apply and where, a kept expression used plainly inside another, windows."""
+    u, w = state["u"], state["w"]
+    rows = u + pgas.shift(u, 1, 1) + 0.5 * pgas.shift(w, -1, 1)
+    damp = 0.125 * pgas.apply(jnp.tanh, rows)  # exact products only (module docstring)
+    cols = pgas.shift(rows, 1, 0) + pgas.shift(rows, -1, 0) + pgas.shift(pgas.shift(damp, 1, 1),
+                                                                         -1, 0)  # fmt: skip
+    u[...] = pgas.where(cols > 1.5, 0.25 * cols, 0.5 * u + 0.125 * cols)
+    inner = w[1:-1, :-2] + w[1:-1, 2:]
+    moved = pgas.shift(inner, 1, 0) + pgas.shift(inner, -1, 0)
+    w[1:-1, 1:-1] = 0.5 * w[1:-1, 1:-1] + 0.0625 * moved
+    return {"u": u, "w": w}
+
+
+def box_3d(u):
+    """A separable 27-point mean of windows: a line sum, a plane sum of it, a box of that."""
+    c = u[1:-1, 1:-1, 1:-1]
+    line = c + pgas.shift(c, 1, 2) + pgas.shift(c, -1, 2)
+    plane = line + pgas.shift(line, 1, 1) + pgas.shift(line, -1, 1)
+    u[1:-1, 1:-1, 1:-1] = 0.25 * c + 0.03125 * (plane + pgas.shift(plane, 1, 0)
+                                                + pgas.shift(plane, -1, 0))  # fmt: skip
+    return u
+
+
+BOUNDARIES = [pgas.Periodic(), pgas.Dirichlet(0.5), pgas.Neumann(), pgas.Keep()]
+
+
+# ---- structure ----------------------------------------------------------------------------
+def test_the_inner_expression_is_computed_once_over_the_cells_its_uses_need():
+    shapes = []
+
+    def record(x):
+        if jnp.ndim(x):  # not the shape-only trace that makes the expression
+            shapes.append(x.shape)
+        return x + 1
+
+    x0 = np.arange(12.0)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    for on, expected in ((True, [(2, 7)]), (False, [(2, 6), (2, 6)])):
+        u = pgas.from_numpy(x0, mesh)
+        v = pgas.apply(record, u)
+        shapes.clear()
+        with kept(on):
+            u[...] = v + pgas.shift(v, 1)  # one more cell on the low side, none above
+        assert shapes == expected
+        np.testing.assert_array_equal(u.to_numpy(), (x0 + 1) + (np.roll(x0, 1) + 1))
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    g = pgas.from_numpy(np.arange(64.0).reshape(8, 8), mesh)
+    rows = pgas.apply(record, g + pgas.shift(g, 1, 1))
+    shapes.clear()
+    with kept(True):
+        g[...] = pgas.shift(rows, -1, 0) + pgas.shift(pgas.shift(rows, 1, 0), 2, 1) + rows
+    assert shapes == [(2, 6, 2, 6)]  # rows: one more row per side, two more columns on the low side
+
+
+def test_separable_life_compiles_the_row_sum_once():
+    g = pgas.from_numpy(np.zeros((64, 64), np.uint8), pgas.make_mesh(devices=1))
+
+    def slices_of_the_board(on):
+        with kept(on):
+            hlo = program(separable_life, 1, (1, 1), None, None).lower(g, jnp.int32(2))
+            text = hlo.compile().as_text()
+        counts = [len(re.findall(r"slice\(%param", c)) for c in text.split("\n\n")]
+        return max(counts), re.search(r"u8\[1,66,1,64\]\S* add\(", text) is not None
+
+    assert slices_of_the_board(False) == (9, False)  # one fusion reads 9 moved windows
+    assert slices_of_the_board(True) == (4, True)  # a row sum over the 66 extended rows
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    g = pgas.from_numpy(np.zeros((64, 64), np.uint8), mesh)
+    reports = []
+    for on in (False, True):
+        with kept(on):
+            reports.append([pgas.comm_report(separable_life, g, steps_per_exchange=k, loop=loop)
+                            for k, loop in ((1, False), (4, True))])  # fmt: skip
+    for collapsed, kept_ in zip(*reports):
+        assert kept_.count("collective-permute") == collapsed.count("collective-permute")
+        assert kept_.per_exchange("collective-permute") == 4 and kept_.gathers == 0
+    assert pgas.plan.plan(separable_life, g).widths == (1, 1)
+
+
+# ---- values -------------------------------------------------------------------------------
+@pytest.mark.parametrize("bc", BOUNDARIES, ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize("step", [nested_1d, windows_1d], ids=lambda s: s.__name__)
+def test_1d_uneven_every_boundary(step, bc):
+    x0 = np.random.default_rng(1).random(37).astype(np.float32)  # 37 cells on 4 devices
+    mesh = pgas.make_mesh(("x",), devices=4)
+    ref = _same_bits_every_way(step, lambda: pgas.from_numpy(x0, mesh, boundary=bc, halo=3))
+    if step is nested_1d and isinstance(bc, pgas.Periodic):
+        u, roll = x0.copy(), np.roll
+        for _ in range(STEPS):
+            a = np.float32(0.5) * u + np.float32(0.25) * roll(u, 1)
+            b = roll(np.float32(0.125) * a + roll(a, -1), 1) + np.float32(0.125) * roll(a, -1)
+            u = np.where(b > 0.45, b, np.float32(0.875) * b + np.float32(0.0625))
+        np.testing.assert_array_equal(ref[""], u)
+
+
+@pytest.mark.parametrize("mesh_shape", [(2, 2), (1, 4)])
+def test_2d_two_arrays_where_apply_windows(mesh_shape):
+    rng = np.random.default_rng(2)
+    u0, w0 = rng.random((19, 23)), rng.random((19, 23))
+    mesh = pgas.make_mesh(("y", "x"), shape=mesh_shape, devices=4)
+
+    def make():
+        return {"u": pgas.from_numpy(u0, mesh, boundary=[pgas.Neumann(), pgas.Keep()], halo=2),
+                "w": pgas.from_numpy(w0, mesh, boundary=[pgas.Dirichlet(0.25), pgas.Periodic()],
+                                     halo=2)}  # fmt: skip
+
+    _same_bits_every_way(mixed_2d, make, steps=7)
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["keep", "mixed"])
+def test_3d_box_of_windows(mixed):
+    x0 = np.random.default_rng(4).random((11, 13, 9))
+    mesh = pgas.make_mesh(("z", "y", "x"), shape=(2, 2, 2))
+    bcs = [pgas.Keep(), (pgas.Dirichlet(0.5), pgas.Neumann()), pgas.Periodic()] if mixed else (
+        pgas.Keep())  # fmt: skip
+    ref = _same_bits_every_way(box_3d, lambda: pgas.from_numpy(x0, mesh, boundary=bcs), steps=5)
+    if not mixed:  # the windows read inside the domain only
+        u = x0.copy()
+        for _ in range(5):
+            line = u[:, :, 1:-1] + u[:, :, :-2] + u[:, :, 2:]
+            plane = line[:, 1:-1] + line[:, :-2] + line[:, 2:]
+            box = plane[1:-1] + plane[:-2] + plane[2:]
+            u[1:-1, 1:-1, 1:-1] = 0.25 * u[1:-1, 1:-1, 1:-1] + 0.03125 * box
+        np.testing.assert_array_equal(ref[""], u)
+
+
+@pytest.mark.parametrize("bc", [pgas.Periodic(), pgas.Dirichlet(0)], ids=["torus", "dead_edge"])
+@pytest.mark.parametrize("mesh_shape", [(2, 2), (1, 4)])
+def test_separable_life_equals_the_example(mesh_shape, bc):
+    life = load_example("life").life  # the 8 shifted boards, summed
+    b0 = (np.random.default_rng(3).random((37, 53)) < 0.35).astype(np.uint8)
+    mesh = pgas.make_mesh(("y", "x"), shape=mesh_shape, devices=4)
+    make = lambda: pgas.from_numpy(b0, mesh, boundary=bc)  # noqa: E731
+    steps = 40
+    ref = _same_bits_every_way(separable_life, make, steps=steps)
+    with kept(True):
+        example = pgas.run(life, make(), steps, steps_per_exchange=1).to_numpy()
+    np.testing.assert_array_equal(ref[""], example)
+    if isinstance(bc, pgas.Periodic):
+        np.testing.assert_array_equal(ref[""], life_numpy(b0, steps))
