@@ -13,6 +13,7 @@ __all__ = [
     "MeshError",
     "LayoutError",
     "HaloError",
+    "FrameError",
     "IndexingError",
     "ShapeMismatchError",
     "DTypeMismatchError",
@@ -34,6 +35,10 @@ class LayoutError(PgasError):
 
 class HaloError(PgasError):
     """A halo wider than a local block, or a stencil that needs a wider halo than declared."""
+
+
+class FrameError(HaloError):
+    """A step that deep-halo frames cannot hold (:func:`pgas.plan.plan` then lowers ``k``)."""
 
 
 class IndexingError(PgasError):

@@ -127,8 +127,16 @@ def physical(state: State) -> State:
     return jax.tree.map(lambda g: GlobalArray(physical_of(g), g.layout), state, is_leaf=_is_array)
 
 
-def group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
-    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``."""
+def group(body: Callable, widths: tuple[int, ...] | None, k: int) -> Callable:
+    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``.
+
+    ``widths=None`` (a step no frame can hold, see :func:`pgas.plan.plan`): one
+    step on the physical fields, each assignment exchanging its own halo.
+    """
+    if widths is None:
+        if k != 1:
+            raise PgasError(f"internal: a step without frames runs one step per group, not {k}")
+        return lambda state, counter=None: blocks(body(physical(state)))
 
     def group(state, counter=None):
         anchor = None if counter is None else anchor_of(counter)
@@ -140,7 +148,8 @@ def group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
     return group
 
 
-def group_program(step: Callable, widths: tuple[int, ...], k: int) -> Callable[[State], State]:
+def group_program(step: Callable, widths: tuple[int, ...] | None,
+                  k: int) -> Callable[[State], State]:  # fmt: skip
     """One exchange and ``k`` steps, physical state in and out (what comm_report compiles)."""
     run_group = group(step_fn(step), widths, k)
     return lambda state: physical(run_group(blocks(state)))

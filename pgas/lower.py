@@ -84,6 +84,7 @@ import numpy as np
 
 from pgas.errors import (
     DTypeMismatchError,
+    FrameError,
     HaloError,
     IndexingError,
     LayoutError,
@@ -206,6 +207,11 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
         blocks = lay.to_blocks(arr.data)
         widths = tuple(h + b for h, b in zip(read.widths, base))
         for axis, h in enumerate(widths):
+            if h > lay.axes[axis].min_length:  # only inside frames: collect checked the rest
+                raise FrameError(
+                    f"an array read inside deep-halo frames would need {h} halo cells on axis "
+                    f"{axis}, more than its smallest block ({lay.axes[axis].min_length})"
+                )
             if h:
                 blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
                                 lay.block_iota(axis))  # fmt: skip
@@ -225,6 +231,14 @@ def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int,
         ext = found[id(read.array)].ext
         for axis, (e, h) in enumerate(zip(ext, read.widths)):
             dom[axis] = min(dom[axis], e - h)
+    for read in reads:
+        for axis, d in enumerate(dom):
+            if d > 0 and target.layout.periodic(axis) and not read.array.layout.periodic(axis):
+                raise FrameError(
+                    f"a periodic array reads a non-periodic one across axis {axis}: its halo "
+                    f"cells there stand for cells across the wrap, which the other array's "
+                    f"halo does not hold, so they cannot be computed ahead"
+                )
     for axis, d in enumerate(dom):
         if d < 0:
             raise HaloError(

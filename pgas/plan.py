@@ -30,6 +30,14 @@ from what XLA compiles and what we measured on the 2-core CI machine
   and on small blocks (``<= 2**16`` cells per device) where the fixed cost
   dominates, ``k = 16`` (1-D) or ``8``.
 - ``k`` never exceeds what the smallest block holds (``block // width``).
+- Some steps fit only narrower frames (:class:`~pgas.errors.FrameError`): a
+  constant read across an axis is extended as far as the state plus its own
+  reach, so ``k`` is lowered until that fits; a periodic field reading a
+  non-periodic array across an axis cannot compute its halo cells ahead
+  (across the wrap they stand for cells whose neighbours the other array's
+  halo does not hold), so ``k = 1``, and a step of several dependent
+  assignments of that kind runs without frames, each assignment exchanging
+  its own halo. The note says which.
 - On a GPU (fitted on one H100, benchmarks/README.md "GPU") every loop
   iteration costs about 20 us whatever it computes, and sub-steps run as
   separate kernels, so ``k`` is above all the steps per iteration that
@@ -50,7 +58,7 @@ import weakref
 from collections.abc import Sequence
 
 from pgas.array import GlobalArray
-from pgas.errors import PgasError
+from pgas.errors import FrameError, HaloError, PgasError
 from pgas.frames import frames, step_fn
 from pgas.mesh import platform_of
 
@@ -162,13 +170,15 @@ class Plan:
 
     Attributes:
         widths: halo cells one step reads across each array axis (the reach of
-            the whole step: an assignment reading another's result adds up).
+            the whole step: an assignment reading another's result adds up);
+            ``None`` for a step no frame can hold, which then runs one step per
+            iteration with every assignment exchanging its own halo.
         choice: the steps per exchange, ``k``, and why.
         halo: cells exchanged per side and axis once per ``k`` steps (``k * widths``).
         platform: ``"cpu"`` or ``"gpu"``.
     """
 
-    widths: tuple[int, ...]
+    widths: tuple[int, ...] | None
     choice: Choice
     halo: tuple[int, ...]
     platform: str
@@ -186,7 +196,7 @@ class Plan:
     @property
     def reads(self) -> int:
         """Cells a cell update may read: the neighbourhood of the step's reach."""
-        return math.prod(2 * w + 1 for w in self.widths)
+        return math.prod(2 * w + 1 for w in self.widths or ())
 
     @property
     def note(self) -> str:
@@ -253,14 +263,58 @@ def _trace(step, state, requested) -> Plan:
     ndim = max(a.layout.ndim for a in arrays)  # fields of fewer axes use the first entries
     probe = tuple(min(a.layout.axes[i].min_length for a in arrays if i < a.layout.ndim)
                   for i in range(ndim))  # fmt: skip
-    out = jax.eval_shape(lambda s: step_fn(step)(frames(s, probe)), state)
-    widths = [0] * ndim
-    for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
-        if isinstance(leaf, GlobalArray) and leaf.ext is not None:
-            widths = [max(w, p - e) for w, p, e in zip(widths, probe, leaf.ext)] + widths[
-                len(leaf.ext) :
-            ]
     platform = platform_of(arrays[0].layout.mesh)
+    widths, held, why = _reach(step, state, probe)
+    if widths is None:  # no frame holds the step: one step per iteration, halos per assignment
+        note = f"k = 1, no deep halos: {why}" if requested == AUTO or requested > 1 else ""
+        return Plan(None, Choice(1, requested, note), (0,) * ndim, platform)
     choice = choose_steps_per_exchange(requested, probe, widths, platform)
+    cap = min((p // w for p, w in zip(held, widths) if w), default=None)
+    if why and cap is not None and choice.steps_per_exchange > cap:  # a constant, a topology
+        note = f"lowered from {choice.steps_per_exchange} to {cap}: {why}"
+        choice = Choice(cap, requested, note)
     k = choice.steps_per_exchange
     return Plan(tuple(widths), choice, tuple(k * w for w in widths), platform)
+
+
+def _reach(step, state, probe: tuple[int, ...]):
+    """``(widths, frame, why)``: the step's reach per axis, measured on the widest frame
+    (at most ``probe`` cells per axis) that holds it.
+
+    A step that reads a constant across an axis, or an array of another
+    topology (:class:`~pgas.errors.FrameError`), needs narrower frames: they
+    are halved, then tried one cell at a time above the reach. ``widths`` is
+    ``None`` when no frame holds the step.
+    """
+    import jax
+
+    def measure(t: int) -> tuple[list[int], tuple[int, ...]]:
+        size = tuple(min(p, t) for p in probe)
+        out = jax.eval_shape(lambda s: step_fn(step)(frames(s, size)), state)
+        widths = [0] * len(probe)
+        for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
+            if isinstance(leaf, GlobalArray) and leaf.ext is not None:
+                for axis, (p, e) in enumerate(zip(size, leaf.ext)):
+                    widths[axis] = max(widths[axis], p - e)
+        return widths, size
+
+    try:
+        return (*measure(max(probe)), "")
+    except FrameError as err:
+        why = str(err)
+    high, t = max(probe), max(probe) // 2
+    while t >= 1:
+        try:
+            return (*measure(t), why)
+        except FrameError as err:
+            high, t, why = t, t // 2, str(err)
+        except HaloError:  # narrower than the reach: try the frames between
+            break
+    for between in range(high - 1, t, -1):
+        try:
+            return (*measure(between), why)
+        except FrameError as err:
+            why = str(err)
+        except HaloError:
+            continue
+    return None, None, why

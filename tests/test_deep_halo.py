@@ -192,3 +192,82 @@ def test_explicit_life_deep_halos_uneven():
     for k in (1, 3):
         out = explicit.run(kernel, pgas.from_numpy(b0, mesh), 10, 1, None, k)
         np.testing.assert_array_equal(out.to_numpy(), life_numpy(b0, 10))
+
+
+def _mixed_case(devices=4, n=64):
+    """A periodic field u and a Neumann coefficient c read across the same axis."""
+    i = np.arange(n)
+    u0, c0 = np.sin(i / 5.0), np.cos(i / 3.0)
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    c = pgas.from_numpy(c0, mesh, boundary=pgas.Neumann())
+    make = lambda: pgas.from_numpy(u0, mesh, boundary=pgas.Periodic())  # noqa: E731
+    return u0, c0, c, make
+
+
+def _mixed_numpy(u, c0, steps, two=False):
+    e = np.pad(c0, 1, mode="symmetric")  # Neumann: the ghost mirrors the edge cell
+    for _ in range(steps):
+        if two:
+            u = 0.5 * u + 0.125 * (e[:-2] + e[2:]) + 0.25 * np.roll(u, 1)
+            u = 0.5 * u + 0.25 * np.roll(u, -1)
+        else:
+            u = 0.5 * u + 0.125 * (e[:-2] + e[2:]) + 0.125 * (np.roll(u, 1) + np.roll(u, -1))
+    return u
+
+
+def test_periodic_field_reading_a_neumann_constant_lowers_k_and_says_why():
+    """Its halo cells across the wrap would read the constant's mirror ghosts: k drops to 1."""
+    u0, c0, c, make = _mixed_case()
+
+    def step(u):
+        u[...] = (0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1))
+                  + 0.125 * (pgas.shift(u, 1) + pgas.shift(u, -1)))  # fmt: skip
+        return u
+
+    how = pgas.plan.plan(step, make(), 4)
+    assert how.steps_per_exchange == 1 and how.widths == (1,)
+    assert "lowered from 4 to 1: a periodic array reads a non-periodic one" in how.note
+    assert "lowered from" in pgas.plan.plan(step, make()).note  # auto says it too
+    (out,) = _run_all_k(step, make, 13, ks=(3, "auto"))
+    np.testing.assert_array_equal(out, _mixed_numpy(u0, c0, 13))
+
+
+def test_two_dependent_assignments_of_mixed_topology_run_without_frames():
+    u0, c0, c, make = _mixed_case()
+
+    def step(u):
+        u[...] = 0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1)) + 0.25 * pgas.shift(u, 1)
+        u[...] = 0.5 * u + 0.25 * pgas.shift(u, -1)
+        return u
+
+    how = pgas.plan.plan(step, make(), "auto")
+    assert how.widths is None and how.steps_per_exchange == 1
+    assert how.note.startswith("k = 1, no deep halos: a periodic array")
+    (out,) = _run_all_k(step, make, 9, ks=(4,))
+    np.testing.assert_array_equal(out, _mixed_numpy(u0, c0, 9, two=True))
+    rep = pgas.comm_report(step, make())  # each assignment exchanges its own halo
+    assert rep.steps_per_exchange == 1 and rep.count("collective-permute") > 0
+    assert rep.count("all-gather") == 0
+
+
+def test_a_constant_read_across_the_axis_keeps_deep_halos():
+    """A constant is extended as far as the state: frames narrow enough to hold it."""
+    i = np.arange(64)
+    u0, c0 = np.sin(i / 5.0), np.cos(i / 3.0)
+    mesh = pgas.make_mesh(("x",), devices=4)
+    c = pgas.from_numpy(c0, mesh, boundary=pgas.Periodic())
+    make = lambda: pgas.from_numpy(u0, mesh, boundary=pgas.Periodic())  # noqa: E731
+
+    def step(u):
+        u[...] = (0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1))
+                  + 0.125 * (pgas.shift(u, 1) + pgas.shift(u, -1)))  # fmt: skip
+        return u
+
+    how = pgas.plan.plan(step, make())
+    assert how.widths == (1,) and 1 < how.steps_per_exchange <= 16 // 2  # blocks of 16 cells
+    (out,) = _run_all_k(step, make, 11, ks=(2, 5, "auto"))
+    ref = u0.copy()
+    for _ in range(11):
+        ref = (0.5 * ref + 0.125 * (np.roll(c0, 1) + np.roll(c0, -1))
+               + 0.125 * (np.roll(ref, 1) + np.roll(ref, -1)))  # fmt: skip
+    np.testing.assert_array_equal(out, ref)
