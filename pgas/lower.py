@@ -16,7 +16,7 @@ named phases; relative to the assigned window every view of an array is a
    (*deep halos*, below) and nothing is sent.
 3. :func:`evaluate`: the expression on local slices of the sources, over the
    assignment's *domain*: the block plus ``domain[i]`` halo cells per side
-   (on GPUs a shifted expression is computed once, wider: *shifts of
+   (a shifted expression can be computed once, wider: *shifts of
    expressions*, below).
 4. :func:`write`: a mask built from global indices keeps what the window
    does not cover (cells outside it, padding, the outer cells of a ``Keep``
@@ -41,28 +41,30 @@ fusion (2-3x slower at ``k = 8``).
 
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
 window) is a :class:`~pgas.view.Shifted` node that keeps ``rows`` whole. On
-the platforms in :data:`KEPT_ON` (GPUs) :func:`evaluate` computes each such
-inner expression once per assignment (one object, one array), over the
-domain widened by what all its uses need (:func:`margins`, per axis and
-side: ``shift(rows, 1, 0)`` alone needs one more row on the low side), and
-reads every use, shifted or not, as a static slice of it. Elsewhere each use
-computes it again from windows moved by the shift, the lowering before
-``Shifted``. Why: Life written separably,
-``rows = g + shift(g, 1, 1) + shift(g, -1, 1)`` and
+the platforms in :data:`KEPT_ON` :func:`evaluate` computes each such inner
+expression once per assignment (one object, one array), over the domain
+widened by what all its uses need (:func:`margins`, per axis and side:
+``shift(rows, 1, 0)`` alone needs one more row on the low side), and reads
+every use, shifted or not, as a static slice of it. Elsewhere each use
+computes it again from windows moved by the shift (*collapsed*). Life
+written separably, ``rows = g + shift(g, 1, 1) + shift(g, -1, 1)`` and
 ``n = rows + shift(rows, 1, 0) + shift(rows, -1, 0) - g``, collapses into
 one kernel of 9 moved reads of the board; kept, it is a row sum over the
 extended rows and a 3-read column sum, as plain JAX compiles the same
-formula. On an H100 at 8192 x 8192 (uint8) plain JAX's two kernels took
-197 us per generation, pgas 0.1.0's 9-read kernel 438 us; that XLA GPU also
-keeps pgas's intermediate is not measured yet (``benchmarks/gpu.py``:
-``auto_separable_k1`` against ``auto_k1``). XLA CPU fuses an elementwise
-producer into each consumer and recomputes it: at ``k = 1`` separable Life
-compiles to one loop of 9 reads per cell kept or not, and in a deep-halo
-group the kept intermediates split the fusion of the sub-steps into twice
-as many loops that recompute across sub-steps (separable Life, 256 x 256 on
-4 CPU devices, ``k = 8``: 2.4 to 3.1 times the time per step collapsed,
-about 250 against 80 us), so the CPU is not in :data:`KEPT_ON` and compiles
-what it did before ``Shifted``, instruction for instruction.
+formula. Measured, collapsed is faster on both platforms, so
+:data:`KEPT_ON` is empty:
+
+- On one H100 (8192 x 8192, uint8, ``benchmarks/gpu.py``) kept took 510 us
+  per generation at ``k = 1`` against 426 collapsed, and 187 against 101
+  at ``k = 16``: in pgas the kept row sum is a second pass over the
+  extended block in every sub-step, where the collapsed 9-read kernel is
+  one (plain JAX's separable form, 190 us, has no extended block to build).
+- XLA CPU fuses an elementwise producer into each consumer and recomputes
+  it: at ``k = 1`` separable Life compiles to one loop of 9 reads per cell
+  kept or not, and in a deep-halo group the kept intermediates split the
+  fusion of the sub-steps into twice as many loops that recompute across
+  sub-steps (256 x 256 on 4 CPU devices, ``k = 8``: 2.4 to 3.1 times the
+  time per step collapsed).
 
 Kept and collapsed are the same arithmetic on the same cells, with no mask or
 boundary treatment in between: the same bits for integers and wherever XLA
@@ -250,8 +252,9 @@ def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int,
 
 
 # ---- 3. evaluate -------------------------------------------------------------------------
-#: Platforms (:func:`pgas.mesh.platform_of`) on which a shifted expression is computed once.
-KEPT_ON: tuple[str, ...] = ("gpu",)
+#: Platforms (:func:`pgas.mesh.platform_of`) on which a shifted expression is computed once
+#: (none: collapsed was faster on the CPU and on an H100, see the module docstring).
+KEPT_ON: tuple[str, ...] = ()
 Margins = tuple[tuple[int, ...], tuple[int, ...]]  # cells beyond the domain, low and high sides
 
 

@@ -2,7 +2,7 @@
 
 ``pgas.shift(rows, 1, 0)`` of an expression is a ``Shifted`` node; the lowering
 computes ``rows`` once over the cells all its uses need and slices each use
-from it where ``pgas.lower.KEPT_ON`` names the platform (GPUs by default).
+from it where ``pgas.lower.KEPT_ON`` names the platform (none by default).
 These tests lower every step both ways on the CPU (:func:`kept`): kept, and
 collapsed (each use recomputed from windows moved by the shift, the lowering
 before ``Shifted``), and compare the bits, also across deep halos
