@@ -2,7 +2,7 @@
 
     python benchmarks/deep_halo.py [--tiny | --quick] [--out FILE]     # the sweep below
     python benchmarks/deep_halo.py --worker --devices D --stencil heat1d --size N --ks 1,2,auto
-    python benchmarks/deep_halo.py --quick --platform gpu --out FILE  # on GPUs (not run here)
+    python benchmarks/deep_halo.py --quick --platform gpu --out FILE  # on the GPUs present
 
 For each configuration, in one worker process (its own virtual device count):
 
@@ -218,7 +218,7 @@ def main(argv=None) -> None:
         "--platform",
         choices=("cpu", "gpu"),
         default="cpu",
-        help="gpu: the first --devices GPUs (JAX_PLATFORMS=cuda), not measured here",
+        help="gpu: the first --devices GPUs (JAX_PLATFORMS=cuda)",
     )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--quick", action="store_true")
