@@ -36,7 +36,7 @@ from pgas.reduce import max, mean, min, sum
 from pgas.report import Collective, CommReport, comm_report
 from pgas.view import View, apply, shift, where
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "GlobalArray", "View", "Layout", "BlockAxis",

@@ -210,8 +210,8 @@ def test_3d_box_of_windows(mixed):
         np.testing.assert_array_equal(ref[""], u)
 
 
-@pytest.mark.parametrize("bc", [pgas.Periodic(), pgas.Dirichlet(0)], ids=["torus", "dead_edge"])
-@pytest.mark.parametrize("mesh_shape", [(2, 2), (1, 4)])
+@pytest.mark.parametrize("mesh_shape, bc", [((2, 2), pgas.Periodic()), ((1, 4), pgas.Dirichlet(0))],
+                         ids=["torus-2x2", "dead_edge-1x4"])  # fmt: skip
 def test_separable_life_equals_the_example(mesh_shape, bc):
     life = load_example("life").life  # the 8 shifted boards, summed
     b0 = (np.random.default_rng(3).random((37, 53)) < 0.35).astype(np.uint8)
