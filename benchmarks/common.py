@@ -110,3 +110,48 @@ def example_stencils(name: str):
 
     problem = load_problem(f"{EXAMPLES / name / name}.py:problem")
     return problem.step, problem.kernel
+
+
+def example_case(name: str, size: int, devices: int):
+    """The benchmark case of example ``name``: heat1d f32 of ``size`` cells (Keep) on a 1-D
+    mesh, or a ``size``-square uint8 Life torus on a 2-D mesh, each over ``devices`` devices.
+
+    Returns a namespace with ``step``, ``kernel``, ``region`` (the explicit path's), ``mesh``,
+    ``shape``, ``dtype``, ``cells`` and ``make()`` (a fresh initial state).
+    """
+    from types import SimpleNamespace
+
+    import pgas
+
+    step, kernel = example_stencils(name)
+    if name == "heat1d":
+        mesh, shape, dtype = pgas.make_mesh(("x",), devices=devices), (size,), np.float32
+        region, kw, init = (slice(1, -1),), {"boundary": pgas.Keep()}, init_heat
+    else:
+        mesh = pgas.make_mesh(("y", "x"), shape=pgas.dims_create(devices, 2), devices=devices)
+        shape, dtype, region, kw, init = (size, size), np.uint8, None, {}, init_life
+
+    def make():
+        return pgas.from_function(init, shape, mesh, dtype=dtype, **kw)
+
+    return SimpleNamespace(step=step, kernel=kernel, region=region, mesh=mesh, shape=shape,
+                           dtype=dtype, cells=int(np.prod(shape)), make=make)  # fmt: skip
+
+
+def auto_peak_over_block(step, make, k="auto") -> float | None:
+    """XLA's peak bytes per device of the compiled ``pgas.run`` loop over the local block."""
+    import jax.numpy as jnp
+
+    from pgas.loop import program
+    from pgas.plan import plan
+
+    u = make()
+    how = plan(step, u, k)
+    compiled = program(step, how.steps_per_exchange, how.widths, None, None).lower(
+        u, jnp.int32(2)).compile()  # fmt: skip
+    m = compiled.memory_analysis()
+    if m is None:
+        return None
+    peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+            - m.alias_size_in_bytes)  # fmt: skip
+    return peak / (int(np.prod(u.layout.local_shape)) * np.dtype(u.dtype).itemsize)

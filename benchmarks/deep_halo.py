@@ -59,26 +59,15 @@ def worker(a) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from common import example_stencils, init_heat, init_life, stats
+    from common import auto_peak_over_block, example_case, stats
 
     import pgas
     from pgas import explicit
-    from pgas.loop import program
     from pgas.plan import plan
 
-    heat = a.stencil == "heat1d"
-    step, kernel = example_stencils(a.stencil)
-    region = (slice(1, -1),) if heat else None
-    if heat:
-        mesh, shape, dtype = pgas.make_mesh(("x",), devices=a.devices), (a.size,), np.float32
-        make = lambda: pgas.from_function(init_heat, shape, mesh, boundary=pgas.Keep(),  # noqa: E731
-                                          dtype=dtype)  # fmt: skip
-    else:
-        dims = pgas.dims_create(a.devices, 2)
-        mesh = pgas.make_mesh(("y", "x"), shape=dims, devices=a.devices)
-        shape, dtype = (a.size, a.size), np.uint8
-        make = lambda: pgas.from_function(init_life, shape, mesh, dtype=dtype)  # noqa: E731
-    cells = int(np.prod(shape))
+    case = example_case(a.stencil, a.size, a.devices)
+    step, kernel, region, mesh, make = case.step, case.kernel, case.region, case.mesh, case.make
+    cells = case.cells
     steps = a.steps
     device = mesh.devices.flat[0]
     out = {"devices": a.devices, "stencil": a.stencil, "size": a.size, "cells": cells,
@@ -124,14 +113,7 @@ def worker(a) -> dict:
                 rep = pgas.comm_report(step, make(), steps_per_exchange=k)
                 rec["permutes_per_step"] = rep.count("collective-permute")
                 rec["halo_bytes_per_step"] = rep.bytes("collective-permute")
-                how = plan(step, make(), k)
-                compiled = program(step, how.steps_per_exchange, how.widths, None, None).lower(
-                    make(), jnp.int32(2)).compile()  # fmt: skip
-                m = compiled.memory_analysis()
-                block = int(np.prod(make().layout.local_shape)) * np.dtype(dtype).itemsize
-                peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                        - m.alias_size_in_bytes)  # fmt: skip
-                rec["peak_over_block"] = peak / block
+                rec["peak_over_block"] = auto_peak_over_block(step, make, k)
             out["results"].append(rec)
     if a.overhead:
         out["overhead"] = overhead(a, make, kernel, region, timed, explicit, jnp)

@@ -99,27 +99,17 @@ def worker(a) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from common import example_stencils, init_heat, init_life
+    from common import auto_peak_over_block, example_case
     from jax.sharding import NamedSharding, PartitionSpec
 
     import pgas
     from pgas import explicit
-    from pgas.loop import program
     from pgas.plan import plan
 
     heat = a.stencil == "heat1d"
-    step, kernel = example_stencils(a.stencil)
-    if heat:
-        mesh, shape, dtype = pgas.make_mesh(("x",), devices=a.devices), (a.size,), np.float32
-        spec, region = PartitionSpec("x"), (slice(1, -1),)
-        make = lambda: pgas.from_function(init_heat, shape, mesh, boundary=pgas.Keep(),  # noqa: E731
-                                          dtype=dtype)  # fmt: skip
-    else:
-        dims = pgas.dims_create(a.devices, 2)
-        mesh = pgas.make_mesh(("y", "x"), shape=dims, devices=a.devices)
-        shape, dtype, spec, region = (a.size, a.size), np.uint8, PartitionSpec("y", "x"), None
-        make = lambda: pgas.from_function(init_life, shape, mesh, dtype=dtype)  # noqa: E731
-    cells = int(np.prod(shape))
+    case = example_case(a.stencil, a.size, a.devices)
+    step, kernel, region, mesh, make = case.step, case.kernel, case.region, case.mesh, case.make
+    dtype, cells, spec = case.dtype, case.cells, PartitionSpec(*mesh.axis_names)
     k_auto = plan(step, make()).steps_per_exchange
 
     def plain(body):
@@ -203,15 +193,7 @@ def worker(a) -> dict:
         if copy and "us_per_step" in rec:
             rec["x_copy"] = copy / rec["us_per_step"]
     if "auto" in out["forms"]:
-        how = plan(step, make())
-        compiled = program(step, how.steps_per_exchange, how.widths, None, None).lower(
-            make(), jnp.int32(2)).compile()  # fmt: skip
-        m = compiled.memory_analysis()
-        block = int(np.prod(make().layout.local_shape)) * np.dtype(dtype).itemsize
-        if m is not None:
-            peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                    - m.alias_size_in_bytes)  # fmt: skip
-            out["forms"]["auto"]["peak_over_block"] = peak / block
+        out["forms"]["auto"]["peak_over_block"] = auto_peak_over_block(step, make)
     out["copy_GB_per_s"] = (2 * cells * np.dtype(dtype).itemsize / (copy * 1e-6) / 1e9
                             if copy else None)  # fmt: skip
     json.dump(out, sys.stdout)
