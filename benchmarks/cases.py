@@ -231,8 +231,7 @@ def details(
     import numpy as np
 
     import pgas.explicit as ex
-    from pgas.loop import program as auto_program
-    from pgas.plan import plan
+    from pgas.loop import compiled as compiled_loop
 
     rec = {}
     u = make()
@@ -240,8 +239,7 @@ def details(
     if backend == "auto":
         step = heat_step if heat else life_step
         rep = pgas.comm_report(step, u, loop=True, steps_per_exchange=k).to_dict()
-        how = plan(step, u, k)
-        fn = auto_program(step, how.steps_per_exchange, how.widths, None, None)
+        compiled = compiled_loop(step, u, k)
     else:
         kern = heat_kernel if heat else life_kernel
         region = (slice(1, -1),) if heat else None
@@ -257,8 +255,8 @@ def details(
         "steps_per_exchange": rep["steps_per_exchange"],
         "report": rep,
     }
-    arg = u if backend == "auto" else u.data
-    compiled = fn.lower(arg, jnp.int32(2)).compile()
+    if backend != "auto":
+        compiled = fn.lower(u.data, jnp.int32(2)).compile()
     m = compiled.memory_analysis()
     if m is not None:
         peak = (

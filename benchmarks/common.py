@@ -140,15 +140,10 @@ def example_case(name: str, size: int, devices: int):
 
 def auto_peak_over_block(step, make, k="auto") -> float | None:
     """XLA's peak bytes per device of the compiled ``pgas.run`` loop over the local block."""
-    import jax.numpy as jnp
-
-    from pgas.loop import program
-    from pgas.plan import plan
+    from pgas.loop import compiled as compiled_loop
 
     u = make()
-    how = plan(step, u, k)
-    compiled = program(step, how.steps_per_exchange, how.widths, None, None).lower(
-        u, jnp.int32(2)).compile()  # fmt: skip
+    compiled = compiled_loop(step, u, k)
     m = compiled.memory_analysis()
     if m is None:
         return None

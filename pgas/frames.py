@@ -12,6 +12,16 @@ expressions it returns become arrays.
 Fields travel between groups in their blocks form ``(D0, b0, D1, b1, ...)``
 with no extension (``ext`` all zeros); :func:`blocks` and :func:`physical`
 convert a state from and to the physical form users hold.
+
+Double buffering (:func:`double_buffered`: on the CPU). There the loop carries
+every field already extended (:func:`framed`), in two buffers, as an MPI code
+carries ``u`` and ``u_new`` with their ghost cells. :func:`double_group`
+exchanges the halo in place (:func:`pgas.halo.refill`: only the slabs are
+written), and writes each sub-step's result into the other buffer by a
+dynamic-update-slice that XLA fuses with the sub-step and does in place. So a
+sub-step is one pass over the block with nothing recomputed, and a device
+holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
+extended copy and an intermediate of the single-buffered group).
 """
 
 from __future__ import annotations
@@ -24,12 +34,24 @@ import jax
 
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
-from pgas.halo import extend
+from pgas.halo import extend, refill
 from pgas.lower import anchor_of, blocks_of, physical_of
 from pgas.mesh import platform_of
 from pgas.view import View
 
-__all__ = ["step_fn", "hold", "frames", "cores", "blocks", "physical", "group", "group_program"]
+__all__ = [
+    "step_fn",
+    "hold",
+    "frames",
+    "cores",
+    "blocks",
+    "physical",
+    "group",
+    "group_program",
+    "double_buffered",
+    "framed",
+    "double_group",
+]
 
 State = Any
 
@@ -153,3 +175,108 @@ def group_program(step: Callable, widths: tuple[int, ...] | None,
     """One exchange and ``k`` steps, physical state in and out (what comm_report compiles)."""
     run_group = group(step_fn(step), widths, k)
     return lambda state: physical(run_group(blocks(state)))
+
+
+# ---- double buffering --------------------------------------------------------------------
+def double_buffered(mesh) -> bool:
+    """Whether :func:`pgas.run` carries the fields extended, in two buffers (on the CPU).
+
+    On a GPU the single-buffered group stays, as measured on an H100 (its
+    extension fuses into the first sub-step's kernel; benchmarks/README.md).
+
+    >>> import pgas
+    >>> double_buffered(pgas.make_mesh(devices=1))
+    True
+    """
+    return platform_of(mesh) == "cpu"
+
+
+def framed(state: State, halo: tuple[int, ...]) -> State:
+    """Every field in its blocks form with room for ``halo[i]`` cells per side (zeros).
+
+    What a double-buffered loop carries; :func:`double_group` fills the halo.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> f = framed(u, (2,))
+    >>> f.ext, f.data.tolist()
+    ((2,), [[0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0]])
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        data, ext = blocks_of(g)
+        if any(ext):
+            raise PgasError("internal: framed() takes fields without halo")
+        cfg = [(0, 0, 0)] * data.ndim
+        for axis, h in enumerate(halo[: lay.ndim]):
+            cfg[2 * axis + 1] = (h, h, 0)
+        data = jax.lax.pad(data, jax.numpy.zeros((), data.dtype), cfg)
+        if lay.mesh.size > 1:
+            data = jax.lax.with_sharding_constraint(data, lay.blocks_sharding)
+        return GlobalArray(data, lay, tuple(halo[: lay.ndim]))
+
+    return jax.tree.map(one, state, is_leaf=_is_array)
+
+
+def _seen(g: GlobalArray, ext: tuple[int, ...], data, anchor) -> GlobalArray:
+    """``data`` (a buffer of ``g``'s extension) seen with extension ``ext`` (a static slice)."""
+    for axis, (have, want) in enumerate(zip(g.ext, ext)):
+        if have != want:
+            size = g.layout.axes[axis].block + 2 * want
+            data = jax.lax.slice_in_dim(data, have - want, have - want + size, axis=2 * axis + 1)
+    return GlobalArray(data, g.layout, tuple(ext), anchor)
+
+
+def _refresh(g: GlobalArray, widths: tuple[int, ...]) -> jax.Array:
+    """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged."""
+    lay, data = g.layout, g.data
+    for axis, w in enumerate(widths[: lay.ndim]):
+        if w:
+            data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis))
+    return data
+
+
+def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
+    """``data`` (extension ``ext``) written into ``buffer`` (extension ``have``) at its place:
+    a dynamic-update-slice, which XLA fuses with the sub-step and does in place."""
+    start = [0] * data.ndim
+    for axis, (h, e) in enumerate(zip(have, ext)):
+        start[2 * axis + 1] = h - e
+    return jax.lax.dynamic_update_slice(buffer, data, start)
+
+
+def double_group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
+    """``k`` steps on double-buffered fields: ``group((X, Y), counter) -> (X, Y)``.
+
+    ``X`` holds the fields extended (:func:`framed`), ``Y`` a second buffer of
+    each. One in-place exchange of their whole halo (at least ``k * widths``
+    cells: a single step after groups of ``k`` exchanges the groups' halo,
+    as exchanging part of it made XLA copy the block), then every
+    sub-step writes each field it changes into that field's other buffer;
+    fields the step returns unchanged stay where they are. After ``k``
+    sub-steps a field is back in ``X``'s buffer when ``k`` is even (the loop
+    runs groups in pairs otherwise).
+    """
+    reach = tuple(k * w for w in widths)
+
+    def group(pair, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
+        spare = [y.data for y in tree.flatten_up_to(pair[1])]
+        now = [_refresh(x, x.ext) for x in xs]  # the whole halo: XLA then writes in place
+        ext = [reach[: x.layout.ndim] for x in xs]
+        for _ in range(k):
+            state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
+            given = [g.data for g in state]  # a step may assign into the arrays it is given
+            out = tree.flatten_up_to(body(tree.unflatten(state)))
+            for i, new in enumerate(out):
+                if new.data is given[i]:  # returned unchanged: stays in its buffer
+                    continue
+                data, ext[i] = blocks_of(new)
+                now[i], spare[i] = _place(spare[i], data, xs[i].ext, ext[i]), now[i]
+        fields = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, now)]
+        others = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, spare)]
+        return tree.unflatten(fields), tree.unflatten(others)
+
+    return group

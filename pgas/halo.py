@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from pgas.boundary import Dirichlet, Neumann, Periodic
 from pgas.decomposition import BlockAxis
 
-__all__ = ["exchange", "extend", "edges", "refill_mirror", "Transport"]
+__all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror", "Transport"]
 
 Transport = Callable[[jax.Array, int], jax.Array]
 """``transport(slab, direction)``: block b receives the slab of block b - direction."""
@@ -103,16 +103,36 @@ def exchange(
     >>> left.tolist(), right.tolist()
     ([[9.0], [2.0]], [[3.0], [9.0]])
     """
+    return (receive(first, last, axis, grid, faces, block_number, 1, transport),
+            receive(first, last, axis, grid, faces, block_number, -1, transport))  # fmt: skip
+
+
+def receive(
+    first: jax.Array,
+    last: jax.Array,
+    axis: int,
+    grid: BlockAxis,
+    faces: tuple,
+    block_number: jax.Array,
+    direction: int,
+    transport: Transport | None = None,
+) -> jax.Array:
+    """One side of :func:`exchange`: the slab from the left (``direction=1``) or right (-1).
+
+    One collective-permute; at a non-periodic domain edge the boundary's ghost cells.
+    """
     ca = 2 * axis + 1
     low, high = faces
     move = transport or _global_transport(2 * axis, isinstance(low, Periodic))
-    from_left = move(last, 1)  # block b gets the last cells of block b - 1
-    from_right = move(first, -1)  # block b gets the first cells of block b + 1
-    if not isinstance(low, Periodic):
-        from_left = jnp.where(block_number == 0, _ghost(low, first, ca), from_left)
+    if direction == 1:  # block b gets the last cells of block b - 1
+        slab = move(last, 1)
+        if not isinstance(low, Periodic):
+            slab = jnp.where(block_number == 0, _ghost(low, first, ca), slab)
+        return slab
+    slab = move(first, -1)  # block b gets the first cells of block b + 1
     if not isinstance(high, Periodic):
-        from_right = jnp.where(block_number == grid.parts - 1, _ghost(high, last, ca), from_right)
-    return from_left, from_right
+        slab = jnp.where(block_number == grid.parts - 1, _ghost(high, last, ca), slab)
+    return slab
 
 
 def extend(
@@ -159,6 +179,49 @@ def extend(
         short = jnp.concatenate([left, body, right, pad], axis=ca)
         ext = jnp.where(block_number >= grid.extra, short, ext)
     return ext
+
+
+def refill(
+    ext: jax.Array,
+    axis: int,
+    width: int,
+    grid: BlockAxis,
+    faces: tuple,
+    block_number: jax.Array,
+    transport: Transport | None = None,
+) -> jax.Array:
+    """Exchange the ``width`` halo cells per side nearest to every block, in place.
+
+    The in-place twin of :func:`extend`: ``ext`` already carries its halo
+    (``(ext.shape[2 * axis + 1] - grid.block) // 2`` cells per side, laid out as
+    :func:`extend` lays them out), and only the innermost ``width`` of them are
+    exchanged and written back, by dynamic-update-slices XLA does in place
+    (no pass over the block). Same slabs, same collectives as :func:`extend`.
+
+    >>> import jax.numpy as jnp
+    >>> from pgas.boundary import Periodic
+    >>> e = jnp.array([[9.0, 0.0, 1.0, 2.0, 9.0], [9.0, 3.0, 4.0, 5.0, 9.0]])
+    >>> refill(e, 0, 1, BlockAxis(6, 2), (Periodic(), Periodic()),
+    ...        jnp.arange(2).reshape(2, 1)).tolist()
+    [[5.0, 0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0, 0.0]]
+    """
+    ca = 2 * axis + 1
+    have = (ext.shape[ca] - grid.block) // 2
+    # each side reads the edges of the buffer as last written, so that XLA writes in place
+    # (a slab computed from the buffer before the other side's write keeps a copy of it alive)
+    left = receive(*edges(ext, axis, width, grid, block_number, have), axis, grid, faces,
+                   block_number, 1, transport)  # fmt: skip
+    ext = jax.lax.dynamic_update_slice_in_dim(ext, left, have - width, axis=ca)
+    right = receive(*edges(ext, axis, width, grid, block_number, have), axis, grid, faces,
+                    block_number, -1, transport)  # fmt: skip
+    end = have + grid.block
+    if grid.even:
+        return jax.lax.dynamic_update_slice_in_dim(ext, right, end, axis=ca)
+    tail = _take(ext, ca, end - 1, end + width)  # a long block's last cell, a short one's pad
+    long = jnp.concatenate([_take(tail, ca, 0, 1), right], axis=ca)
+    short = jnp.concatenate([right, _take(tail, ca, width, width + 1)], axis=ca)
+    tail = jnp.where(block_number >= grid.extra, short, long)
+    return jax.lax.dynamic_update_slice_in_dim(ext, tail, end - 1, axis=ca)
 
 
 def refill_mirror(

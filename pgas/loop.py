@@ -16,12 +16,18 @@ extension, see :mod:`pgas.lower`), and keeps the blocks' own cells
 ``steps`` steps is ``steps // k`` such groups and ``steps % k`` single steps;
 chunks and snapshots end on their own step counts, so groups never cross them.
 
-The loop carries the fields in their blocks form (the reshapes at the start
-and end of each step cancel) in one buffer: a group reads the extended copy
-of its field, built once per exchange by one concatenate, so XLA writes the
-group's result straight into the loop's buffer (no copy). Peak memory per
-device is then the block plus the extended copy and the sub-steps'
-intermediates (see benchmarks/README.md).
+Buffers. On the CPU at ``k > 1`` the loop is double-buffered
+(:func:`pgas.frames.double_group`): it carries every field already extended,
+in two buffers, exchanges the halo slabs in place and writes each sub-step
+into the other buffer, so each sub-step is one pass over the block and a
+device holds two extended blocks (2.0x its block for heat1d, XLA's memory
+analysis; :func:`compiled`). ``run`` converts the user's state to that form
+and back once per call. Elsewhere (``k = 1``, GPUs) the loop carries the
+fields in their blocks form in one buffer: a group reads the extended copy of
+its field, built once per exchange by one concatenate, so XLA writes the
+group's result straight into the loop's buffer (no copy), and a device holds
+the block, the extended copy and the sub-steps' intermediates (2.0x for
+heat1d at ``k = 1``, 3.0x for Life; see benchmarks/README.md).
 
 With ``snapshot_every=K`` the loop is a ``lax.scan`` over snapshots of an
 inner loop of ``K`` steps, still one program; ``observe(state)`` picks what
@@ -33,6 +39,7 @@ progress bars and checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -40,20 +47,44 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from pgas.array import GlobalArray
 from pgas.errors import PgasError
-from pgas.frames import blocks, group, physical, step_fn
+from pgas.frames import blocks, double_buffered, double_group, framed, group, physical, step_fn
 from pgas.plan import AUTO, plan
 
-__all__ = ["run", "program"]
+__all__ = ["run", "program", "Program", "compiled"]
 
 State = Any
 
 
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """The compiled loop of :func:`run` and the forms it carries.
+
+    Attributes:
+        enter: the user's state -> what the loop carries.
+        advance: ``advance(carried, count)`` runs ``count`` steps (with
+            snapshots: ``count`` snapshots) as one compiled program; it
+            donates what it is given.
+        leave: what the loop carries -> the user's state.
+    """
+
+    enter: Callable
+    advance: Callable
+    leave: Callable
+
+
 @functools.lru_cache(maxsize=64)
-def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
-            observe: Callable | None):  # fmt: skip
-    """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots)."""
+def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int | None,
+            observe: Callable | None, double: bool = False) -> Program:  # fmt: skip
+    """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
+
+    ``double``: carry the fields extended, in two buffers (:func:`pgas.frames.double_group`).
+    """
     body = step_fn(step)
+    look = observe or (lambda s: s)
+    if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
+        return _double(body, k, widths, every, look)
     many, single = group(body, widths, k), group(body, widths, 1)
 
     def advance(state, count):
@@ -62,10 +93,11 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         a = jax.lax.fori_loop(0, count % k, lambda i, s: single(s, i), a)
         return physical(a)
 
-    if every is None:
-        return jax.jit(advance, donate_argnums=0)
+    def same(state):
+        return state
 
-    look = observe or (lambda s: s)
+    if every is None:
+        return Program(same, _Counted(jax.jit(advance, donate_argnums=0)), same)
 
     def snapshots(state, count):
         def chunk(s, _):
@@ -74,7 +106,102 @@ def program(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
 
         return jax.lax.scan(chunk, state, None, length=count)
 
-    return jax.jit(snapshots, donate_argnums=0, static_argnums=1)
+    return Program(same, jax.jit(snapshots, donate_argnums=0, static_argnums=1), same)
+
+
+def _double(body: Callable, k: int, widths: tuple[int, ...], every: int | None,
+            look: Callable) -> Program:  # fmt: skip
+    """The double-buffered loop (see :func:`pgas.frames.double_group`).
+
+    Every physical step writes a field into its other buffer, so a field is
+    back in the buffer it started in after an even number of steps. The loop
+    runs groups in pairs when ``k`` is odd and the remaining steps in pairs, so
+    nothing is copied; after an odd number of steps (its parity is static: a
+    program per parity) the result is the second buffer.
+    """
+    halo = tuple(k * w for w in widths)
+    many, single = double_group(body, widths, k), double_group(body, widths, 1)
+    pairs = 2 if k % 2 else 1
+
+    def iteration(i, pair):
+        for j in range(pairs):  # each group its own anchor, so no mask is shared (and stored)
+            pair = many(pair, pairs * i + j)
+        return pair
+
+    def advance(pair, count, odd: bool):
+        pair = jax.lax.fori_loop(0, count // (pairs * k), iteration, pair)
+        rest = count % (pairs * k)
+        two = lambda i, p: single(single(p, 2 * i), 2 * i + 1)  # noqa: E731
+        pair = jax.lax.fori_loop(0, rest // 2, two, pair)
+        return single(pair, count) if odd else pair
+
+    def spare(state):
+        return jax.tree.map(lambda g: GlobalArray(jnp.zeros_like(g.data), g.layout, g.ext),
+                            state, is_leaf=lambda x: isinstance(x, GlobalArray))  # fmt: skip
+
+    enter, leave = jax.jit(lambda state: framed(state, halo)), jax.jit(physical)
+    if every is None:
+        runs = [jax.jit(lambda state, count, odd=odd: advance((state, spare(state)), count, odd)[0],
+                        donate_argnums=0) for odd in (False, True)]  # fmt: skip
+        return Program(enter, _Counted(*runs), leave)
+
+    def snapshots(state, count):
+        def chunk(pair, _):
+            pair = advance(pair, every, every % 2 == 1)
+            return pair, look(physical(pair[0]))
+
+        pair, snaps = jax.lax.scan(chunk, (state, spare(state)), None, length=count)
+        return pair[0], snaps
+
+    return Program(enter, jax.jit(snapshots, donate_argnums=0, static_argnums=1), leave)
+
+
+class _Counted:
+    """``advance(state, count)`` for a Python int ``count``: one compiled program for
+    every count, or one per parity (``runs[count % len(runs)]``)."""
+
+    def __init__(self, *runs):
+        self.runs = runs
+
+    def __call__(self, state, count: int):
+        return self.runs[int(count) % len(self.runs)](state, jnp.int32(count))
+
+    def lower(self, state, count: int):
+        return self.runs[int(count) % len(self.runs)].lower(state, jnp.int32(count))
+
+
+def compiled(step: Callable, state: State, steps_per_exchange: int | str = AUTO):
+    """The loop :func:`run` compiles for ``step`` on ``state``, lowered and compiled (not run).
+
+    For XLA's memory analysis (``compiled(...).memory_analysis()``) and HLO.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(2**16, np.float32), pgas.make_mesh(devices=1))
+    >>> def heat(u):
+    ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    ...     return u
+    >>> m = compiled(heat, u, 4).memory_analysis()
+    >>> round((m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**18, 2)  # two buffers
+    2.0
+    """
+    how = plan(step, state, steps_per_exchange)
+    prog = program(step, how.steps_per_exchange, how.widths, None, None, _double_on(state))
+    return prog.advance.lower(prog.enter(state), 2).compile()
+
+
+def _convert(form: Callable, state: State) -> State:
+    """``form(state)``, freeing ``state``'s blocks when that is a new copy: the loop owns its
+    state, as when it is donated, so a device never holds a field twice between chunks."""
+    out = form(state)
+    if out is not state:
+        for leaf in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray)):
+            leaf.data.delete()
+    return out
+
+
+def _double_on(state: State) -> bool:
+    first = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))[0]
+    return double_buffered(first.layout.mesh)
 
 
 def _check(steps, snapshot_every, chunk) -> tuple[int | None, int]:
@@ -139,19 +266,24 @@ def run(
     every, chunk = _check(steps, snapshot_every, chunk)
     if steps == 0:
         return state if every is None else (state, None)
-    how = plan(step, state, steps_per_exchange)
-    compiled = program(step, how.steps_per_exchange, how.widths, every, observe)
+    # with a callback the loop hands its state over between chunks, so it keeps the user's form
+    # (converting every chunk grew the processes' memory with the number of chunks)
+    double = callback is None and _double_on(state)
+    how = plan(step, state, steps_per_exchange, double=double)
+    prog = program(step, how.steps_per_exchange, how.widths, every, observe, double)
+    state = _convert(prog.enter, state)
     done, parts = 0, []
     while done < steps:
         n = min(chunk, steps - done)
         if every is None:
-            state = compiled(state, jnp.int32(n))
+            state = prog.advance(state, n)
         else:
-            state, snaps = compiled(state, n // every)
+            state, snaps = prog.advance(state, n // every)
             parts.append(snaps)
         done += n
         if callback is not None:
             callback(done, state)
+    state = _convert(prog.leave, state)
     if every is None:
         return state
     if not parts:

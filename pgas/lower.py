@@ -32,12 +32,13 @@ the same values). Halo cells are masked by the global cell they copy, so
 windows, ``Keep`` faces and padding act on them exactly as on their owners;
 ghost cells beyond a Neumann face are re-filled after every assignment.
 
-What XLA makes of it (measured; see benchmarks/README.md): on the CPU the
-``k`` shrinking sub-steps fuse into one loop over the extended block, which
-LLVM turns into about one pass over memory, so a memory-bound stencil runs
-above the copy roofline. Keeping each sub-step's shape (padding instead of
-shrinking) or building the extended block lazily with selects defeats that
-fusion (2-3x slower at ``k = 8``).
+What XLA makes of it (measured; see benchmarks/README.md): in the
+single-buffered group XLA CPU fuses up to three shrinking sub-steps of a
+3-point stencil into one loop, recomputing the first ones (13 stencil
+evaluations per output for 3 sub-steps); the double-buffered loop of
+:mod:`pgas.frames` (the CPU at ``k > 1``) writes every sub-step into the other
+buffer instead, one pass per sub-step with nothing recomputed, and two
+buffers per device.
 
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
 window) is a :class:`~pgas.view.Shifted` node that keeps ``rows`` whole. On

@@ -10,25 +10,27 @@ Deep halos. One exchange of a halo ``k`` times the stencil's width, then ``k``
 steps on the extended blocks: every sub-step recomputes a shrinking rim of
 halo cells instead of receiving them, and each block's own cells come out
 bitwise equal to ``k`` single steps. A loop iteration then pays one
-synchronisation per ``k`` steps, and on XLA CPU up to three sub-steps of a
-3-point stencil fuse into one pass over memory.
+synchronisation per ``k`` steps.
 
 :func:`choose_steps_per_exchange` picks ``k``; it is shared by the
 automatic, explicit and MPI paths. The model behind ``"auto"`` (:func:`model`),
 from what XLA compiles and what we measured on the 2-core CI machine
 (benchmarks/README.md, "Deep halos"):
 
-- A group of ``k`` steps costs one exchange and loop iteration (a fixed
-  synchronisation, tens of microseconds with several devices), one pass to
-  build the extended block, and the sub-steps. XLA CPU fuses a chain of
-  sub-steps only while no value is recomputed more than 15 times
-  (``kAllowedCodeDuplication``): three sub-steps of a 3-point stencil (3**2 = 9)
-  share one pass, a 9-point stencil gets one pass per sub-step.
-- So for a reach along one axis ``k = 16`` (about 6 passes per 16 steps
-  instead of 32 at ``k = 1``); for 2-D and 3-D stencils ``k = 1`` on large
-  blocks, where a pass per sub-step plus the rims makes deep halos a loss;
-  and on small blocks (``<= 2**16`` cells per device) where the fixed cost
-  dominates, ``k = 16`` (1-D) or ``8``.
+- On the CPU the loop is double-buffered (:mod:`pgas.frames`): a group of
+  ``k`` steps costs one exchange and loop iteration (a fixed synchronisation,
+  tens of microseconds with several devices), an in-place write of the halo
+  slabs, and ``k`` passes over the block, one per sub-step (each writes the
+  other buffer), plus the rims the sub-steps recompute. Deep halos then add no
+  pass, only the rims, and remove ``k - 1`` exchanges out of ``k``.
+- So for a reach along one axis ``k = 16``; for 2-D and 3-D stencils ``k = 4``
+  on large blocks (``k = 1`` on the explicit and MPI paths, single-buffered,
+  where each sub-step's pass comes on top of building the extended block;
+  Life ``2048**2`` on one device: 438 us per step at ``k = 1``, 310 at
+  ``k = 2`` and 309 at ``k = 4``; ``4096**2`` on two devices: 4002 against
+  1375 at ``k = 2``); and on small
+  blocks (``<= 2**16`` cells per device), where the fixed cost dominates,
+  ``k = 16`` (1-D) or ``8``. ``k = 1`` runs the single-buffered loop.
 - ``k`` never exceeds what the smallest block holds (``block // width``).
 - Some steps fit only narrower frames (:class:`~pgas.errors.FrameError`): a
   constant read across an axis is extended as far as the state plus its own
@@ -59,7 +61,7 @@ from collections.abc import Sequence
 
 from pgas.array import GlobalArray
 from pgas.errors import FrameError, HaloError, PgasError
-from pgas.frames import frames, step_fn
+from pgas.frames import double_buffered, frames, step_fn
 from pgas.mesh import platform_of
 
 __all__ = [
@@ -103,11 +105,16 @@ class Choice:
     note: str = ""
 
 
-def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int:
+def model(min_block: Sequence[int], widths: Sequence[int], platform: str,
+          double: bool = False) -> int:  # fmt: skip
     """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
 
-    >>> model((2**22,), (1,), "cpu"), model((4096, 4096), (1, 1), "cpu")
-    (16, 1)
+    ``double``: the loop is double-buffered (:func:`pgas.frames.double_buffered`).
+
+    >>> model((2**22,), (1,), "cpu"), model((4096, 4096), (1, 1), "cpu", double=True)
+    (16, 4)
+    >>> model((4096, 4096), (1, 1), "cpu")  # single-buffered: a pass per sub-step plus rims
+    1
     >>> model((128, 128), (1, 1), "cpu"), model((1001,), (1,), "gpu")
     (8, 32)
     >>> model((2**26,), (1,), "gpu"), model((8192, 8192), (1, 1), "gpu")
@@ -121,9 +128,9 @@ def model(min_block: Sequence[int], widths: Sequence[int], platform: str) -> int
         return 2 if axes <= 1 and cells > 2**24 else 16  # large 1-D: two sub-steps share a kernel
     if cells <= SMALL_BLOCK:  # latency-bound: one synchronisation per k steps
         return 8 if axes > 1 else 16
-    if axes <= 1:  # a 1-D reach: XLA fuses up to 3 sub-steps into one pass
+    if axes <= 1:  # a 1-D reach
         return 16
-    return 1  # 9- and 27-point stencils: one pass per sub-step anyway, rims cost extra
+    return 4 if double else 1  # 9- and 27-point stencils: a pass per sub-step either way
 
 
 def choose_steps_per_exchange(
@@ -131,6 +138,7 @@ def choose_steps_per_exchange(
     min_block: Sequence[int],
     widths: Sequence[int],
     platform: str = "cpu",
+    double: bool = False,
 ) -> Choice:
     """Pick ``k``, the physical steps per halo exchange.
 
@@ -139,6 +147,7 @@ def choose_steps_per_exchange(
         min_block: cells of the smallest block along each axis.
         widths: halo cells one step reads across each axis (0: not read across).
         platform: ``"cpu"`` or ``"gpu"`` (:func:`pgas.mesh.platform_of`).
+        double: the loop is double-buffered (:func:`pgas.frames.double_buffered`).
 
     Returns:
         A :class:`Choice`. An int request is lowered (and says so in ``note``)
@@ -152,7 +161,7 @@ def choose_steps_per_exchange(
     requested = check_steps_per_exchange(requested)
     fit = min((b // w for b, w in zip(min_block, widths) if w), default=None)
     if requested == AUTO:
-        k = 1 if fit is None else max(1, min(model(min_block, widths, platform), fit))
+        k = 1 if fit is None else max(1, min(model(min_block, widths, platform, double), fit))
         return Choice(k, requested)
     if fit is None or requested <= fit:
         return Choice(requested, requested)
@@ -203,7 +212,7 @@ class Plan:
         return self.choice.note
 
 
-def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
+def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None = None) -> Plan:
     """Trace ``step`` once on ``state`` (nothing runs) and decide how to compile it.
 
     The answer is cached per step, state structure (layouts, shapes, dtypes)
@@ -213,6 +222,8 @@ def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
         step: a step function as given to :func:`pgas.run`.
         state: a :class:`pgas.GlobalArray` or a pytree of them.
         steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
+        double: whether the loop is double-buffered (default: where the platform
+            has it, :func:`pgas.frames.double_buffered`).
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(64, np.float32), pgas.make_mesh(devices=1))
@@ -227,7 +238,7 @@ def plan(step, state, steps_per_exchange: int | str = AUTO) -> Plan:
 
     requested = check_steps_per_exchange(steps_per_exchange)
     leaves, treedef = jax.tree.flatten(state)
-    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), requested)
+    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), requested, double)
     return _plan(step, key, state)
 
 
@@ -235,10 +246,10 @@ def _plan(step, key, state) -> Plan:
     try:
         hash(key)
     except TypeError:  # an unhashable static part: no cache
-        return _trace(step, state, key[-1])
+        return _trace(step, state, *key[-2:])
     cache = _CACHE.setdefault(step, {}) if _weakrefable(step) else {}
     if key not in cache:
-        cache[key] = _trace(step, state, key[-1])
+        cache[key] = _trace(step, state, *key[-2:])
     return cache[key]
 
 
@@ -253,7 +264,7 @@ def _weakrefable(fn) -> bool:
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _trace(step, state, requested) -> Plan:
+def _trace(step, state, requested, double) -> Plan:
     import jax
 
     arrays = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
@@ -268,7 +279,8 @@ def _trace(step, state, requested) -> Plan:
     if widths is None:  # no frame holds the step: one step per iteration, halos per assignment
         note = f"k = 1, no deep halos: {why}" if requested == AUTO or requested > 1 else ""
         return Plan(None, Choice(1, requested, note), (0,) * ndim, platform)
-    choice = choose_steps_per_exchange(requested, probe, widths, platform)
+    double = double_buffered(arrays[0].layout.mesh) if double is None else double
+    choice = choose_steps_per_exchange(requested, probe, widths, platform, double)
     cap = min((p // w for p, w in zip(held, widths) if w), default=None)
     if why and cap is not None and choice.steps_per_exchange > cap:  # a constant, a topology
         note = f"lowered from {choice.steps_per_exchange} to {cap}: {why}"

@@ -272,13 +272,14 @@ def _comm(problem: Problem, backend: str, u, k: int) -> Any:
                                 steps_per_exchange=k)  # fmt: skip
 
 
-def _jax_choice(problem: Problem, backend: str, requested, u) -> Choice:
-    """The steps per exchange the JAX paths will use (what pgas.run / explicit.run choose)."""
+def _jax_choice(problem: Problem, backend: str, requested, u, callbacks: bool) -> Choice:
+    """The steps per exchange the JAX paths will use (what pgas.run / explicit.run choose;
+    ``pgas.run`` with a callback between chunks is single-buffered)."""
     from pgas import explicit
     from pgas.plan import plan
 
     if backend == "auto":
-        return plan(problem.step, u, requested).choice
+        return plan(problem.step, u, requested, double=False if callbacks else None).choice
     return explicit.choose(u, problem.halo, requested)
 
 
@@ -288,7 +289,8 @@ def _run_jax(problem: Problem, opts: RunOptions, session: Session, progress: _Pr
 
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
-    choice = _jax_choice(problem, opts.backend, opts.steps_per_exchange, fresh())
+    callbacks = bool(opts.snapshot_every or opts.checkpoint_every or progress.on)
+    choice = _jax_choice(problem, opts.backend, opts.steps_per_exchange, fresh(), callbacks)
     k, ck_every = choice.steps_per_exchange, opts.checkpoint_every
     ckpt = _Checkpointer(opts, session.rank, meta) if opts.checkpointing else None
     u, start = _restore(problem, opts, ckpt, fresh())

@@ -7,7 +7,7 @@ import pytest
 
 import pgas
 from pgas.decomposition import BlockAxis
-from pgas.halo import edges, exchange, extend, refill_mirror
+from pgas.halo import edges, exchange, extend, refill, refill_mirror
 
 MODES = {pgas.Periodic: "wrap", pgas.Neumann: "symmetric", pgas.Keep: "symmetric"}
 
@@ -33,6 +33,30 @@ def test_every_block_sees_np_pad(n, parts, bc):
     for b in range(parts):
         length, off = grid.length(b), grid.offset(b)
         np.testing.assert_array_equal(ext[b, : length + 2 * w], full[off : off + length + 2 * w])
+
+
+@pytest.mark.parametrize("n, parts", [(12, 3), (10, 4), (7, 7), (9, 1)])
+@pytest.mark.parametrize("bc", [pgas.Periodic(), pgas.Dirichlet(-5.0), pgas.Neumann(), pgas.Keep()])
+@pytest.mark.parametrize("inner", [False, True], ids=["whole", "inner"])
+def test_refill_writes_what_extend_builds(n, parts, bc, inner):
+    """In place, the innermost ``w`` halo cells of a buffer that has room for ``have``."""
+    x = np.arange(n, dtype=np.float32) * 1.5 + 1
+    grid = BlockAxis(n, parts)
+    w = min(2, grid.min_length)
+    have = w + 1 if inner else w
+    blocks = np.zeros((parts, grid.block), np.float32)
+    for b in range(parts):
+        blocks[b, : grid.length(b)] = x[grid.offset(b) : grid.offset(b) + grid.length(b)]
+    number = jnp.arange(parts).reshape(parts, 1)
+    want = np.asarray(extend(jnp.asarray(blocks), 0, w, grid, (bc, bc), number))
+    buffer = np.full((parts, grid.block + 2 * have), np.nan, np.float32)  # stale halo cells
+    buffer[:, have : have + grid.block] = blocks
+    got = np.asarray(refill(jnp.asarray(buffer), 0, w, grid, (bc, bc), number))
+    cut = have - w
+    for b in range(parts):
+        size = grid.length(b) + 2 * w
+        np.testing.assert_array_equal(got[b, cut : cut + size], want[b, :size])
+        assert np.isnan(got[b, :cut]).all()  # nothing outside the innermost w is written
 
 
 def test_edges_skip_the_padding_of_short_blocks():

@@ -29,6 +29,7 @@ def test_life_reaches_both_axes():
 
 def test_model_and_choices():
     assert model((2**22,), (1,), "cpu") == 16 and model((4096, 4096), (1, 1), "cpu") == 1
+    assert model((4096, 4096), (1, 1), "cpu", double=True) == 4
     assert model((64, 64), (1, 1), "cpu") == 8 and model((2**25,), (1,), "gpu") == 2
 
 

@@ -143,7 +143,7 @@ def test_separable_life_compiles_the_row_sum_once():
 
     def slices_of_the_board(on):
         with kept(on):
-            hlo = program(separable_life, 1, (1, 1), None, None).lower(g, jnp.int32(2))
+            hlo = program(separable_life, 1, (1, 1), None, None).advance.lower(g, 2)
             text = hlo.compile().as_text()
         counts = [len(re.findall(r"slice\(%param", c)) for c in text.split("\n\n")]
         return max(counts), re.search(r"u8\[1,66,1,64\]\S* add\(", text) is not None
