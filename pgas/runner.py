@@ -357,11 +357,18 @@ def _closed_after(stream):
 
 
 def _auto_run(problem, loop, u, left, how, fresh, stream):
-    """The auto path: compile (a warm-up of the same chunk length), then the timed run."""
+    """The auto path: compile (a warm-up of the same chunk length), then the timed run.
+
+    The warm-up compiles what the timed run uses: the same chunk length, or a count of the
+    same parity (a double-buffered loop has a program per parity), and a callback where
+    the run has one (which keeps the loop single-buffered, see :func:`pgas.run`).
+    """
     import jax
 
     if left:
-        loop(problem, fresh(), min(how.chunk or 1, left), dataclasses.replace(how, callback=None))
+        n = min(how.chunk, left) if how.chunk else min(2 - left % 2, left)
+        quiet = (lambda done, state: None) if how.callback else None
+        loop(problem, fresh(), n, dataclasses.replace(how, callback=quiet))
     outside = stream.seconds if stream else 0.0
     t0 = time.perf_counter()
     u = loop(problem, u, left, how)
