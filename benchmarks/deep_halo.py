@@ -12,8 +12,10 @@ For each configuration, in one worker process (its own virtual device count):
   ``pgas.explicit.run(kernel, u, ..., steps_per_exchange=k)`` for each k,
   bitwise checked against k = 1;
 - with ``--overhead``: the same local work with no exchange (the explicit
-  kernel on each block with its edges clamped locally, halo 0), so that
-  ``time(exchange) / time(local) - 1`` is the communication overhead;
+  kernel on each block with its edges clamped locally, halo 0, at k = 1; and
+  ``pgas.run``'s own loop at its default k with a transport that gives every
+  block its own slabs), so that ``time(exchange) / time(local) - 1`` is the
+  communication overhead;
 - XLA's memory analysis of the compiled auto loop (peak bytes per device over
   the local block).
 
@@ -40,7 +42,7 @@ MODES = {
     ),
     "quick": dict(
         heat=[(2**16, [1]), (2**24, [1]), (2**22, [2])], life=[(256, [4]), (2048, [1])],
-        ks="1,2,4,8,16,auto", steps=64, repeats=5, overhead=[2, 4], demo=True,
+        ks="1,2,4,8,16,auto", steps=64, repeats=5, overhead=[2, 4, 8], demo=True,
     ),
     "full": dict(
         heat=[(2**16, [1]), (2**20, [1]), (2**24, [1, 2, 4]), (1001, [4])],
@@ -116,12 +118,12 @@ def worker(a) -> dict:
                 rec["peak_over_block"] = auto_peak_over_block(step, make, k)
             out["results"].append(rec)
     if a.overhead:
-        out["overhead"] = overhead(a, make, kernel, region, timed, explicit, jnp)
+        out["overhead"] = overhead(a, make, kernel, region, timed, explicit, jnp, step)
     json.dump(out, sys.stdout)
     return out
 
 
-def overhead(a, make, kernel, region, timed, explicit, jnp) -> dict:
+def overhead(a, make, kernel, region, timed, explicit, jnp, step) -> dict:
     """Explicit path with its exchange against the same local work without one (k = 1).
 
     The local twin runs the same kernel on each block with its edges clamped
@@ -149,7 +151,25 @@ def overhead(a, make, kernel, region, timed, explicit, jnp) -> dict:
         out[f"k={k}"] = {"seconds_exchange": with_exchange["seconds_median"],
                          "seconds_local": per_step,
                          "overhead": with_exchange["seconds_median"] / per_step - 1}  # fmt: skip
+    out.update(auto_overhead(step, make, timed))
     return out
+
+
+def auto_overhead(step, make, timed) -> dict:
+    """``pgas.run``'s double-buffered loop at the default k, with its exchange and with a
+    transport that hands every block its own slabs (the same program, no collective)."""
+    from pgas.loop import program
+    from pgas.plan import plan
+
+    u = make()
+    how = plan(step, u)
+    k, res = how.steps_per_exchange, {}
+    for name, transport in (("exchange", None), ("local", lambda slab, direction: slab)):
+        prog = program(step, k, how.widths, None, None, True, transport)
+        t, _ = timed(lambda x, n, p=prog: p.advance(x, 2 * (n // 2)), prog.enter(make()))
+        res[name] = t["seconds_median"]
+    return {f"auto k={k}": {"seconds_exchange": res["exchange"], "seconds_local": res["local"],
+                            "overhead": res["exchange"] / res["local"] - 1}}  # fmt: skip
 
 
 def sweep(mode: str, platform: str = "cpu") -> dict:

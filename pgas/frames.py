@@ -228,12 +228,13 @@ def _seen(g: GlobalArray, ext: tuple[int, ...], data, anchor) -> GlobalArray:
     return GlobalArray(data, g.layout, tuple(ext), anchor)
 
 
-def _refresh(g: GlobalArray, widths: tuple[int, ...]) -> jax.Array:
+def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None) -> jax.Array:
     """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged."""
     lay, data = g.layout, g.data
     for axis, w in enumerate(widths[: lay.ndim]):
         if w:
-            data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis))
+            data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
+                          transport)  # fmt: skip
     return data
 
 
@@ -246,7 +247,7 @@ def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
     return jax.lax.dynamic_update_slice(buffer, data, start)
 
 
-def double_group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
+def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None) -> Callable:
     """``k`` steps on double-buffered fields: ``group((X, Y), counter) -> (X, Y)``.
 
     ``X`` holds the fields extended (:func:`framed`), ``Y`` a second buffer of
@@ -256,7 +257,9 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
     sub-step writes each field it changes into that field's other buffer;
     fields the step returns unchanged stay where they are. After ``k``
     sub-steps a field is back in ``X``'s buffer when ``k`` is even (the loop
-    runs groups in pairs otherwise).
+    runs groups in pairs otherwise). ``transport``: how slabs travel
+    (:data:`pgas.halo.Transport`; default the global-view shift). Benchmarks pass
+    one that keeps each block's own slab, to time the same work without exchange.
     """
     reach = tuple(k * w for w in widths)
 
@@ -264,7 +267,7 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int) -> Callable:
         anchor = None if counter is None else anchor_of(counter)
         xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
         spare = [y.data for y in tree.flatten_up_to(pair[1])]
-        now = [_refresh(x, x.ext) for x in xs]  # the whole halo: XLA then writes in place
+        now = [_refresh(x, x.ext, transport) for x in xs]  # the whole halo: written in place
         ext = [reach[: x.layout.ndim] for x in xs]
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]

@@ -76,15 +76,18 @@ class Program:
 
 @functools.lru_cache(maxsize=64)
 def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int | None,
-            observe: Callable | None, double: bool = False) -> Program:  # fmt: skip
+            observe: Callable | None, double: bool = False,
+            transport: Callable | None = None) -> Program:  # fmt: skip
     """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
 
-    ``double``: carry the fields extended, in two buffers (:func:`pgas.frames.double_group`).
+    ``double``: carry the fields extended, in two buffers (:func:`pgas.frames.double_group`);
+    ``transport``: how its halo slabs travel (benchmarks: none, to time the same work
+    without exchange).
     """
     body = step_fn(step)
     look = observe or (lambda s: s)
     if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
-        return _double(body, k, widths, every, look)
+        return _double(body, k, widths, every, look, transport)
     many, single = group(body, widths, k), group(body, widths, 1)
 
     def advance(state, count):
@@ -110,7 +113,7 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
 
 
 def _double(body: Callable, k: int, widths: tuple[int, ...], every: int | None,
-            look: Callable) -> Program:  # fmt: skip
+            look: Callable, transport: Callable | None = None) -> Program:  # fmt: skip
     """The double-buffered loop (see :func:`pgas.frames.double_group`).
 
     Every physical step writes a field into its other buffer, so a field is
@@ -120,7 +123,8 @@ def _double(body: Callable, k: int, widths: tuple[int, ...], every: int | None,
     program per parity) the result is the second buffer.
     """
     halo = tuple(k * w for w in widths)
-    many, single = double_group(body, widths, k), double_group(body, widths, 1)
+    many = double_group(body, widths, k, transport)
+    single = double_group(body, widths, 1, transport)
     pairs = 2 if k % 2 else 1
 
     def iteration(i, pair):

@@ -158,3 +158,17 @@ def test_loop_compiles_once_per_parity():
         want[1:-1] = np.float32(0.5) * want[1:-1] + np.float32(0.25) * (want[:-2] + want[2:])
     np.testing.assert_array_equal(u.to_numpy(), want)
     assert prog.advance.runs[0]._cache_size() == 0 and prog.advance.runs[1]._cache_size() == 1
+
+
+def test_a_local_transport_keeps_the_program_and_drops_the_collectives():
+    """What benchmarks/deep_halo.py --overhead times: the same loop without exchange."""
+    from pgas.loop import program
+
+    u = pgas.from_numpy(np.zeros(4096, np.float32), pgas.make_mesh(("x",), devices=2))
+    texts = []
+    for transport in (None, lambda slab, direction: slab):
+        prog = program(_heat, 16, (1,), None, None, True, transport)
+        texts.append(prog.advance.lower(prog.enter(u), 32).compile().as_text())
+    # 2 per exchange: the groups' loop, and the two single steps of the leftover steps' loop
+    assert texts[0].count("collective-permute(") == 6 and "all-gather" not in texts[0]
+    assert texts[1].count("collective-permute(") == 0
