@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from pgas.array import GlobalArray
 from pgas.errors import PgasError
@@ -211,7 +212,7 @@ def framed(state: State, halo: tuple[int, ...]) -> State:
         cfg = [(0, 0, 0)] * data.ndim
         for axis, h in enumerate(halo[: lay.ndim]):
             cfg[2 * axis + 1] = (h, h, 0)
-        data = jax.lax.pad(data, jax.numpy.zeros((), data.dtype), cfg)
+        data = jax.lax.pad(data, jnp.zeros((), data.dtype), cfg)
         if lay.mesh.size > 1:
             data = jax.lax.with_sharding_constraint(data, lay.blocks_sharding)
         return GlobalArray(data, lay, tuple(halo[: lay.ndim]))

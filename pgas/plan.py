@@ -1,10 +1,11 @@
-"""How a step will be compiled: halo widths, steps per exchange, steps per iteration.
+"""How a step will be compiled: halo widths and steps per exchange.
 
 :func:`plan` traces a global-view step once (nothing runs) and tells
 :func:`pgas.run` and :func:`pgas.comm_report` how it will be compiled: the
 halo width the step reads across each axis, how many physical steps run per
 halo exchange (*deep halos*, ``k``); one loop iteration runs one exchange and
-its ``k`` steps (so ``k`` is also the steps per iteration ``m`` of a GPU loop).
+its ``k`` steps (so ``k`` is also the steps per iteration ``m`` of a GPU loop;
+the CPU's double-buffered loop runs two groups per iteration when ``k`` is odd).
 
 Deep halos. One exchange of a halo ``k`` times the stencil's width, then ``k``
 steps on the extended blocks: every sub-step recomputes a shrinking rim of
@@ -196,11 +197,6 @@ class Plan:
     def steps_per_exchange(self) -> int:
         """``k``: physical steps per halo exchange."""
         return self.choice.steps_per_exchange
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """Physical steps one iteration of the compiled loop runs: one group, ``k``."""
-        return self.steps_per_exchange
 
     @property
     def reads(self) -> int:
