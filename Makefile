@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 # pgas needs Python 3.11+ (jax 0.10 has no wheels for 3.10): stop before making .venv.
 $(BIN)/python:
@@ -28,19 +28,26 @@ DEMO := --platform $(DEMO_PLATFORM) --devices $(DEMO_DEVICES)
 demo: $(STAMP)
 	mkdir -p out
 	$(BIN)/python examples/heat1d/heat1d.py $(DEMO) --n 1001 --init gaussian --steps 10000 \
-		--out out/heat1d.nc --plot out/heat1d.png --compare
+		--out out/heat1d.nc --plot out/heat1d.png --compare --overwrite
 	$(BIN)/python examples/life/life.py $(DEMO) --size 256x256 --pattern random --density 0.3 \
-		--steps 500 --out out/life.nc --plot out/life.gif --plot out/life.png --compare
+		--steps 500 --out out/life.nc --plot out/life.gif --plot out/life.png --compare --overwrite
 
+# Two pytest-xdist workers: the in-process tests beside the ones that launch processes
+# (conftest.py keeps those on one worker, one at a time)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check pgas tests examples benchmarks
 	$(BIN)/ruff format --check pgas tests examples benchmarks
 
+# The API reference, from the docstrings, in docs/_build/html (warnings are errors)
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache docs/_build

@@ -5,6 +5,7 @@ imports JAX; meshes of 1, 2, 3, 4, 6 and 8 devices use subsets.
 """
 
 import os
+import re
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -26,3 +27,24 @@ def pytest_report_header(config):
         f"{jax.devices()[0].platform} devices, python {sys.version.split()[0]}",
         f"mpi4py {mpi4py.__version__}, MPI: {MPI.Get_library_version().splitlines()[0]}",
     ]
+
+
+# Under pytest-xdist (``make test`` runs two workers), every test of a module that launches
+# processes (mpiexec, srun, Slurm, subprocesses) runs on one worker, one at a time
+# (``--dist loadgroup``): two multi-process runs never compete for the cores, ports or a
+# Slurm cluster, while the in-process tests run beside them on the other worker.
+_LAUNCHES = re.compile(r"subprocess|mpiexec|MPIEXEC|srun|slurm|kill_after|run_example")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    import pytest
+
+    launches: dict[str, bool] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in launches:
+            launches[path] = bool(_LAUNCHES.search(item.path.read_text(errors="replace")))
+        if launches[path]:
+            item.add_marker(pytest.mark.xdist_group("processes"))

@@ -106,7 +106,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def example_stencils(name: str):
     """``(global-view step, local kernel)`` of the example ``heat1d`` or ``life``: the
     benchmarks time exactly the stencils pgas ships."""
-    from pgas.problem import load_problem
+    from pgas.app.problem import load_problem
 
     problem = load_problem(f"{EXAMPLES / name / name}.py:problem")
     return problem.step, problem.kernel
@@ -140,7 +140,7 @@ def example_case(name: str, size: int, devices: int):
 
 def auto_peak_over_block(step, make, k="auto") -> float | None:
     """XLA's peak bytes per device of the compiled ``pgas.run`` loop over the local block."""
-    from pgas.loop import compiled as compiled_loop
+    from pgas.loop.timeloop import compiled as compiled_loop
 
     u = make()
     compiled = compiled_loop(step, u, k)

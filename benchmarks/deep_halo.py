@@ -64,8 +64,8 @@ def worker(a) -> dict:
     from common import auto_peak_over_block, example_case, stats
 
     import pgas
-    from pgas import explicit
-    from pgas.plan import plan
+    from pgas.loop.plan import plan
+    from pgas.references import explicit
 
     case = example_case(a.stencil, a.size, a.devices)
     step, kernel, region, mesh, make = case.step, case.kernel, case.region, case.mesh, case.make
@@ -158,8 +158,8 @@ def overhead(a, make, kernel, region, timed, explicit, jnp, step) -> dict:
 def auto_overhead(step, make, timed) -> dict:
     """``pgas.run``'s double-buffered loop at the default k, with its exchange and with a
     transport that hands every block its own slabs (the same program, no collective)."""
-    from pgas.loop import program
-    from pgas.plan import plan
+    from pgas.loop.plan import plan
+    from pgas.loop.timeloop import program
 
     u = make()
     how = plan(step, u)

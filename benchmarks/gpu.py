@@ -103,8 +103,8 @@ def worker(a) -> dict:
     from jax.sharding import NamedSharding, PartitionSpec
 
     import pgas
-    from pgas import explicit
-    from pgas.plan import plan
+    from pgas.loop.plan import plan
+    from pgas.references import explicit
 
     heat = a.stencil == "heat1d"
     case = example_case(a.stencil, a.size, a.devices)

@@ -93,8 +93,8 @@ def worker(devices: int, size: str, steps: int, byte_steps: int, check_steps: in
     from common import stats
 
     import pgas
-    import pgas.explicit as ex
-    from pgas.problem import checksum
+    import pgas.references.explicit as ex
+    from pgas.app.problem import checksum
 
     mesh = pgas.make_mesh(("y", "x"), devices=devices)
     pp, bp = packed.problem(size), life.problem(size)

@@ -115,7 +115,7 @@ def main() -> None:
                 for rep in range(a.repeats + 1):  # the first run is a warm-up
                     if backend == "mpi":
                         import pgas
-                        import pgas.mpi
+                        import pgas.references.mpi
 
                         _, kernel = example_stencils("heat1d" if heat else "life")
                         if heat:
@@ -155,4 +155,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pgas.runtime.failure import abort_on_error
+
+    with abort_on_error():
+        main()

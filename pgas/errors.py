@@ -18,6 +18,8 @@ __all__ = [
     "ShapeMismatchError",
     "DTypeMismatchError",
     "DeviceCountError",
+    "ConversionError",
+    "whole_number",
 ]
 
 
@@ -55,3 +57,37 @@ class DTypeMismatchError(PgasError):
 
 class DeviceCountError(PgasError):
     """More devices requested than exist, or JAX already started with another count."""
+
+
+class ConversionError(PgasError, TypeError):
+    """A pgas array or expression used where Python wants one value (``bool``, ``int``,
+    ``float``), as JAX's ``TracerBoolConversionError``: the answer would be silently wrong."""
+
+
+def whole_number(name: str, value: object, least: int = 0) -> int:
+    """``value`` as an int if it is integral (``operator.index``: Python and NumPy integers),
+    else a :class:`PgasError` naming ``name``; bools are refused (``True`` is not a count).
+
+    >>> import numpy as np
+    >>> whole_number("steps", np.int64(5))
+    5
+    >>> whole_number("steps", True)
+    Traceback (most recent call last):
+    ...
+    pgas.errors.PgasError: steps = True: give a whole number >= 0, not a bool
+    """
+    import operator
+
+    kind = type(value).__name__
+    if isinstance(value, bool) or kind == "bool_":
+        raise PgasError(f"{name} = {value!r}: give a whole number >= {least}, not a bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise PgasError(
+            f"{name} = {value!r}: give a whole number >= {least} (an int or a NumPy integer, "
+            f"not a {kind})"
+        ) from None
+    if number < least:
+        raise PgasError(f"{name} = {value!r}: give a whole number >= {least}")
+    return number

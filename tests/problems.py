@@ -3,7 +3,7 @@
 import numpy as np
 
 import pgas
-from pgas.problem import Problem
+from pgas.app.problem import Problem
 
 
 def heat_step(u):

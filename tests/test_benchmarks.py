@@ -103,3 +103,23 @@ def test_gpu_benchmark_runs_its_forms_and_writes_its_section(tmp_path):
     text = readme.read_text()
     assert "old" not in text and "before" in text and "after" in text
     assert "| life | 4096 | 1 | 8 | auto_separable |" in text
+
+
+def test_memory_benchmark_reads_the_peak_of_the_child_from_outside():
+    """benchmarks/memory.py's launcher sees a child's peak, not its own (a 256 MiB array)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import memory
+    finally:
+        sys.path.pop(0)
+    grow = "import numpy as np; a = np.ones(2**25); print(a.sum())"  # 2**25 float64: 256 MiB
+    small = memory.peak_rss([sys.executable, "-c", "print(1)"])
+    big = memory.peak_rss([sys.executable, "-c", grow])
+    assert small < 2**28 <= big < small + 2**28 + 2**27, (small, big)
+    row = {"example": "heat1d", "size": "9", "backend": "mpi", "processes": 2, "packed": False,
+           "out": True, "block_bytes": 2**20, "peak_bytes": 5 * 2**20,
+           "baseline_bytes": 2**20, "blocks_above_baseline": 4.0}  # fmt: skip
+    text = memory.table({"machine": {"cpu_model": "X"}, "rows": [row]})
+    assert "| heat1d 9 | mpi | 2 | f64 + --out | 1 | 5 | 1 | 4.0 |" in text
+    with pytest.raises(RuntimeError, match="failed"):
+        memory.peak_rss([sys.executable, "-c", "raise SystemExit(3)"])

@@ -96,7 +96,7 @@ def test_bad_dtype_and_shapes():
 
 
 def test_views_are_not_numpy(u):
-    with pytest.raises(pgas.IndexingError, match="cannot become a NumPy array"):
+    with pytest.raises(pgas.ConversionError, match="cannot become a NumPy array"):
         np.asarray(u[1:])
     with pytest.raises(pgas.IndexingError, match="cannot combine"):
         u[1:] + jnp.ones(63)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 import pgas
-import pgas.explicit
-from pgas import compare, options, platform, results, runner
-from pgas.output import Output, local
-from pgas.problem import Problem
+from pgas.app import compare, options, platform, results, runner
+from pgas.app.problem import Problem
+from pgas.io.output import Output, local
+from pgas.runtime.failure import abort_on_error
 
 # ---- Physics ------------------------------------------------------------------------------
 # The heat equation du/dt = alpha * d2u/dx2 on cells i = 0 .. N-1. The two end
@@ -115,7 +115,7 @@ def problem(n: int = 1001, dtype: str = "float32", init: str = "random", mode: i
 
     return Problem("heat1d", (n,), dtype, u0, heat, kernel, BOUNDARY,
                    halo=HALO, region=REGION, mesh_axes=("x",),
-                   bytes_per_cell=2 * np.dtype(dtype).itemsize, loop=time_loop)  # fmt: skip
+                   bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
 
 
 def meta(args) -> dict:
@@ -131,12 +131,18 @@ def diagnostics(blocks: list[np.ndarray], reduce=local) -> dict[str, float]:
 
     ``reduce(op, value)`` combines the processes' values (pgas.output: no field gather).
     """
-    w = [b.astype(np.float64) for b in blocks]
-    total = reduce("sum", sum((float(x.sum()) for x in w), 0.0))
-    cells = reduce("sum", sum(x.size for x in w))
-    squares = reduce("sum", sum((float((x * x).sum()) for x in w), 0.0))
-    top = reduce("max", max((float(x.max()) for x in w if x.size), default=-np.inf))
+    slabs = [s for b in blocks for s in _slabs(b)]  # views: float64 copies come one at a time
+    total = reduce("sum", sum((float(s.astype(np.float64).sum()) for s in slabs), 0.0))
+    cells = reduce("sum", sum(b.size for b in blocks))
+    squares = reduce("sum", sum((float(np.square(s, dtype=np.float64).sum()) for s in slabs), 0.0))
+    top = reduce("max", max((float(b.max()) for b in blocks if b.size), default=-np.inf))
     return {"max": top, "mean": total / cells, "l2": float(np.sqrt(squares)), "total": total}
+
+
+def _slabs(block: np.ndarray, cells: int = 1 << 20) -> list[np.ndarray]:
+    """A block as views of about ``cells`` cells (diagnostics hold one slab's temporaries)."""
+    flat = block.reshape(-1)
+    return [flat[i : i + cells] for i in range(0, flat.size, cells)]
 
 
 def summary(r: dict) -> str:
@@ -146,29 +152,19 @@ def summary(r: dict) -> str:
 
 def plot(store: str, path: str, r: dict):
     """Space-time heat map and final profile over the initial one, read from the store."""
-    from pgas.plot import heat_plot
+    from pgas.io.plot import heat_plot
 
     return heat_plot(store, path, title=f"heat1d, n = {r['shape'][0]}, {r['backend']}")
 
 
 # ---- Time loop ----------------------------------------------------------------------------
-def time_loop(p: Problem, u, steps: int, how: runner.Loop):
-    """``steps`` steps on ``how.backend``, ``how.steps_per_exchange`` steps per halo exchange.
-
-    pgas.runner calls it: it builds or restores ``u``, compiles first, times the
-    loop, checkpoints and shows progress in ``how.callback`` between chunks.
-    """
-    k = how.steps_per_exchange
-    if how.backend == "auto":  # the global view: pgas turns the slices into halo exchanges
-        return pgas.run(heat, u, steps, chunk=how.chunk,
-                        callback=how.callback, steps_per_exchange=k)  # fmt: skip
-    if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
-        return pgas.explicit.run(kernel, u, steps, HALO, REGION, steps_per_exchange=k)
-    from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
-
-    return mpi.run(kernel, p.init, p.shape, p.dtype, steps, HALO, BOUNDARY, REGION,
-                   chunk=how.chunk,
-                   callback=how.callback, steps_per_exchange=k)  # fmt: skip
+# main() hands the problem to pgas.app.runner, which runs it on the chosen backend
+# (pgas.app.backends), one plan per run (k steps per halo exchange, the halo, buffering):
+#     auto:      pgas.run(heat, u, steps)                       the global view above
+#     explicit:  pgas.explicit.run(kernel, u, steps, HALO, REGION)   ppermute under shard_map
+#     mpi:       pgas.mpi.run(kernel, p.init, ...)               NumPy blocks, mpi4py Sendrecv
+# and builds or restores u, compiles first, times the loop, streams snapshots and
+# checkpoints between compiled chunks.
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -188,7 +184,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     prob = options.or_exit(ap, lambda: problem(**kwargs))
     opts = options.from_args(ap, args, script=__file__, plot_suffixes=(".png", ".pdf", ".svg"),
                              snapshots=64)  # fmt: skip
-    session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
+    session = options.or_exit(
+        ap, lambda: platform.start(opts, __file__, dtype=prob.dtype, shape=prob.shape)
+    )
     if opts.compare:
         options.or_exit(ap, lambda: compare.print_comparison(__file__, opts, kwargs))
     output = Output(
@@ -201,4 +199,5 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    with abort_on_error():  # under mpiexec/srun: one failed process ends every process
+        main()

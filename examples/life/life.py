@@ -16,17 +16,16 @@ examples/life/README.md.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import pgas
-import pgas.explicit
-from pgas import compare, options, platform, results, runner
-from pgas.output import Output, local
-from pgas.problem import Problem
+from pgas.app import compare, options, platform, results, runner
+from pgas.app.problem import Problem
+from pgas.io.output import Output, local
+from pgas.runtime.failure import abort_on_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # patterns.py, beside this file
 import patterns  # noqa: E402
@@ -151,7 +150,7 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     shape, init = initial_fn(size, pattern, at, density, seed)
     return Problem("life", shape, dtype, lambda y, x: init(y, x).astype(dtype), life, kernel,
                    BOUNDARY, halo=HALO, region=None, mesh_axes=("y", "x"),
-                   bytes_per_cell=2 * np.dtype(dtype).itemsize, loop=time_loop)  # fmt: skip
+                   bytes_per_cell=2 * np.dtype(dtype).itemsize)  # fmt: skip
 
 
 def meta(args, kwargs: dict) -> dict:
@@ -174,37 +173,25 @@ def summary(r: dict) -> str:
 
 def plot(store: str, path: str, r: dict):
     """Final board (.png) or an animation of the snapshots (.gif), read from the store."""
-    from pgas.plot import life_gif, life_png
+    from pgas.io.plot import life_gif, life_png
 
     return (life_gif if str(path).lower().endswith(".gif") else life_png)(store, path)
 
 
 # ---- Time loop ----------------------------------------------------------------------------
-def time_loop(p: Problem, g, steps: int, how: runner.Loop):
-    """``steps`` generations on ``how.backend``, ``how.steps_per_exchange`` per halo exchange.
-
-    pgas.runner calls it: it builds or restores ``g``, compiles first, times the
-    loop, checkpoints and shows progress in ``how.callback`` between chunks. The
-    step functions come from the problem (``--packed`` brings its own).
-    """
-    k = how.steps_per_exchange
-    if how.backend == "auto":  # the global view: pgas turns the shifts into halo exchanges
-        return pgas.run(p.step, g, steps, chunk=how.chunk,
-                        callback=how.callback, steps_per_exchange=k)  # fmt: skip
-    if how.backend == "explicit":  # the local kernel, ppermute halos under shard_map
-        return pgas.explicit.run(p.kernel, g, steps, p.halo, p.region, steps_per_exchange=k)
-    from pgas import mpi  # NumPy blocks, mpi4py halos; each rank builds its blocks from p.init
-
-    return mpi.run(p.kernel, p.init, p.shape, p.dtype, steps, p.halo, p.boundary, p.region,
-                   chunk=how.chunk,
-                   callback=how.callback, steps_per_exchange=k)  # fmt: skip
-
-
+# main() hands the problem to pgas.app.runner, which runs it on the chosen backend
+# (pgas.app.backends), one plan per run (k steps per halo exchange, the halo, buffering):
+#     auto:      pgas.run(p.step, g, steps)                     the global view above
+#     explicit:  pgas.explicit.run(p.kernel, g, steps, HALO)    ppermute under shard_map
+#     mpi:       pgas.mpi.run(p.kernel, p.init, ...)            NumPy blocks, mpi4py Sendrecv
+# and builds or restores g, compiles first, times the loop, streams snapshots and
+# checkpoints between compiled chunks. --packed brings its own step and kernel
+# (examples/life/packed.py).
 def packed_problem(**kwargs) -> Problem:
     """Life on bit-packed uint64 words (examples/life/packed.py), decoded to a uint8 board."""
     import packed  # beside this file
 
-    return dataclasses.replace(packed.problem(**kwargs), loop=time_loop)
+    return packed.problem(**kwargs)
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -244,7 +231,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     prob = options.or_exit(ap, lambda: make(**source))
     opts = options.from_args(ap, args, script=__file__, plot_suffixes=(".png", ".gif"),
                              snapshots=100)  # fmt: skip
-    session = options.or_exit(ap, lambda: platform.start(opts, __file__, dtype=prob.dtype))
+    session = options.or_exit(
+        ap, lambda: platform.start(opts, __file__, dtype=prob.dtype, shape=prob.shape)
+    )
     if opts.compare:
         options.or_exit(
             ap, lambda: compare.print_comparison(__file__, opts, source, factory=make.__name__)
@@ -260,4 +249,5 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    with abort_on_error():  # under mpiexec/srun: one failed process ends every process
+        main()

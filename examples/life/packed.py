@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 import pgas
+from pgas.app.problem import Problem
 from pgas.errors import PgasError
-from pgas.problem import Problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # life.py, beside this file
 import life  # noqa: E402

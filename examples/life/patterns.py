@@ -83,7 +83,7 @@ class DensityError(PatternError):
 
 # --------------------------------------------------------------------------
 # Built-in patterns, written from the standard definitions (LifeWiki) and
-# checked by tests/test_life_patterns.py with life_step_numpy.
+# checked by tests/examples/test_life_patterns.py with life_step_numpy.
 # --------------------------------------------------------------------------
 
 BUILTIN_PATTERNS: dict[str, str] = {

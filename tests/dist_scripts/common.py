@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_distributed.py and tests/test_checkpoint.py."""
+"""Helpers shared by tests/runtime/test_distributed.py and tests/io/test_checkpoint.py."""
 
 from __future__ import annotations
 

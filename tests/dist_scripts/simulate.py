@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 import pgas
-from pgas import checkpoint, distributed
+from pgas.io import checkpoint
+from pgas.runtime import distributed
 
 HEAT_N = 1001
 LIFE_SHAPE = (30, 22)

@@ -11,7 +11,7 @@ import runpy
 import sys
 import time
 
-import pgas.checkpoint
+import pgas.io.checkpoint
 
 
 def main() -> None:

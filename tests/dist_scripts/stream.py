@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import pgas
-from pgas import checkpoint, distributed
-from pgas.snapshots import SnapshotWriter, block_chunks
+from pgas.io import checkpoint
+from pgas.io.snapshots import SnapshotWriter, block_chunks
+from pgas.runtime import distributed
 
 
 def heat0(i):
@@ -117,7 +118,7 @@ def run_auto(args) -> tuple[int, int]:
 
 
 def run_mpi(args) -> tuple[int, int]:
-    from pgas import mpi
+    from pgas.references import mpi
 
     grid = mpi.cart_grid((args.n,))
     (x,) = mpi.local_coordinates(grid)
@@ -150,7 +151,7 @@ def after_write(args, s, start, rank, save) -> None:
 
 
 def main(argv=None) -> int:
-    from pgas.mpi import abort_on_error
+    from pgas.references.mpi import abort_on_error
 
     args = parse(argv)
     with abort_on_error():  # one failing process ends the launch instead of hanging it

@@ -1,4 +1,4 @@
-"""Rank-side driver for tests/test_life_packed.py: packed Life cases with pgas.mpi.
+"""Rank-side driver for tests/examples/test_life_packed.py: packed Life cases with pgas.mpi.
 
 Usage: ``mpiexec -n P python life_packed_cases.py CASES.json OUT.json``.
 
@@ -21,8 +21,8 @@ def main() -> None:
     import packed
     from mpi4py import MPI
 
-    from pgas import mpi as pm
-    from pgas.problem import checksum
+    from pgas.app.problem import checksum
+    from pgas.references import mpi as pm
 
     with pm.abort_on_error():
         cases = json.loads(Path(sys.argv[1]).read_text())

@@ -1,8 +1,8 @@
-"""Rank-side driver for tests/test_mpi.py: runs stencil cases with pgas.mpi.
+"""Rank-side driver for tests/references/test_mpi.py: runs stencil cases with pgas.mpi.
 
 Usage: ``mpiexec -n P python stencil_cases.py CASES.json OUT_DIR``.
 
-``CASES.json`` is a list of case dicts (see tests/test_mpi.py). Rank 0 writes
+``CASES.json`` is a list of case dicts (see tests/references/test_mpi.py). Rank 0 writes
 ``OUT_DIR/fields.npz`` (one gathered field per case) and ``OUT_DIR/meta.json``
 (message counts, dims, and the errors the error cases raised). Kernels and
 initial conditions live here, without MPI imports, so that the test can
@@ -76,7 +76,7 @@ INITS = {
 def parse_boundary(spec):
     """JSON boundary spec -> pgas boundary: "periodic", "keep", "neumann",
     {"dirichlet": v}, or a list with one condition or [low, high] per axis."""
-    from pgas.boundary import Dirichlet, Keep, Neumann, Periodic
+    from pgas.grid.boundary import Dirichlet, Keep, Neumann, Periodic
 
     if isinstance(spec, str):
         return {"periodic": Periodic, "keep": Keep, "neumann": Neumann}[spec]()
@@ -94,7 +94,7 @@ def parse_region(spec):
 
 def error_checks(pm, size):
     """Calls that must raise the named pgas error (collectively, on every rank)."""
-    from pgas.boundary import Periodic
+    from pgas.grid.boundary import Periodic
 
     def halo_too_wide():
         g = pm.cart_grid((2 * size - 1,), dims=(size,))
@@ -169,7 +169,7 @@ def run_case(pm, case, kernel, k):
 def main() -> None:
     from mpi4py import MPI
 
-    from pgas import mpi as pm
+    from pgas.references import mpi as pm
 
     with pm.abort_on_error():
         with open(sys.argv[1]) as f:

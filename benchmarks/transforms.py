@@ -1,0 +1,143 @@
+"""pgas.run inside JAX: jit against the standalone call, the gradient's time and memory, params.
+
+    python benchmarks/transforms.py [--tiny] [--out benchmarks/results/transforms.json]
+
+In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
+
+- ``jax.jit(lambda u: pgas.run(step, u, n))`` against ``pgas.run(step, u, n)``
+  (heat1d 2**20 cells, 2 devices; Life 1024**2, 4 devices), warm, medians;
+- ``jax.value_and_grad`` of ``sum(run(heat, u, 1000)**2)`` against the jitted
+  forward run at the same k (heat1d 2**20 cells, 2 devices);
+- XLA's memory analysis of the gradient program for 100, 1000 and 10000
+  steps, in local blocks per device, against ``2.5 sqrt(steps) + 10``;
+- a new ``params`` value: XLA compilations counted (``jax.monitoring``) and
+  its run time against a warm run.
+
+Timings are medians of repeats on a shared machine; compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", help="write the JSON here")
+    a = p.parse_args(argv)
+    import jax
+    import numpy as np
+    from common import machine
+
+    import pgas
+
+    heat_n, life_n = (2**12, 64) if a.tiny else (2**20, 1024)
+    heat_steps, life_steps, grad_steps = (32, 8, 40) if a.tiny else (1000, 100, 1000)
+    reps = 2 if a.tiny else a.repeats
+
+    def heat(u):
+        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+        return u
+
+    def life(g):
+        n = sum(pgas.shift(pgas.shift(g, dy, 0), dx, 1)
+                for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0))  # fmt: skip
+        g[...] = ((n == 3) | ((g == 1) & (n == 2))).astype("uint8")
+        return g
+
+    rng = np.random.default_rng(0)
+    x0 = rng.random(heat_n).astype(np.float32)
+    b0 = (rng.random((life_n, life_n)) < 0.3).astype(np.uint8)
+    mesh2, mesh4 = pgas.make_mesh(("x",), devices=2), pgas.make_mesh(("y", "x"), devices=4)
+    cases = {
+        "heat1d": (heat, lambda: pgas.from_numpy(x0, mesh2, boundary=pgas.Keep()), heat_steps),
+        "life": (life, lambda: pgas.from_numpy(b0, mesh4), life_steps),
+    }
+    out = {"machine": machine(), "tiny": a.tiny, "jit": {}, "grad": {}, "memory": [], "params": {}}
+    for name, (step, make, steps) in cases.items():
+        jitted = jax.jit(lambda u, step=step, steps=steps: pgas.run(step, u, steps))
+        same = np.array_equal(pgas.run(step, make(), steps).to_numpy(),
+                              jitted(make()).to_numpy())  # fmt: skip
+        us = [make() for _ in range(reps)]  # the standalone call donates its state
+        alone = median_time(lambda: pgas.run(step, us.pop(), steps).data.block_until_ready(), reps)
+        u = make()
+        inside = median_time(lambda: jitted(u).data.block_until_ready(), reps)
+        out["jit"][name] = {"steps": steps, "standalone_s": alone, "jit_s": inside,
+                            "ratio": inside / alone, "bitwise_equal": bool(same)}  # fmt: skip
+        print(name, out["jit"][name], flush=True)
+
+    k = pgas.plan.plan(heat, cases["heat1d"][1]()).steps_per_exchange
+    fwd = jax.jit(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2))
+    vg = jax.jit(jax.value_and_grad(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2)))
+    u = cases["heat1d"][1]()
+    jax.block_until_ready(fwd(u))
+    jax.block_until_ready(vg(u))
+    t_fwd = median_time(lambda: jax.block_until_ready(fwd(u)), reps)
+    t_vg = median_time(lambda: jax.block_until_ready(vg(u)), reps)
+    out["grad"] = {"steps": grad_steps, "k": k, "forward_s": t_fwd, "value_and_grad_s": t_vg,
+                   "ratio": t_vg / t_fwd}  # fmt: skip
+    print("grad", out["grad"], flush=True)
+
+    block = heat_n // 2 * 4
+    for steps in (100, 1000, 10000):
+        loss = lambda u, n=steps: pgas.sum(pgas.run(heat, u, n))  # noqa: E731
+        m = jax.jit(jax.grad(loss)).lower(u).compile().memory_analysis()
+        peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                - m.alias_size_in_bytes)  # fmt: skip
+        row = {"steps": steps, "blocks": peak / block, "bound": 2.5 * math.sqrt(steps) + 10}
+        out["memory"].append(row)
+        print("memory", row, flush=True)
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: compiles.append(secs)
+        if event == "/jax/core/compile/backend_compile_duration" else None
+    )  # fmt: skip
+
+    def heat_c(u, c):
+        u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+        return u
+
+    make = cases["heat1d"][1]
+    pgas.run(heat_c, make(), heat_steps, params=0.25).data.block_until_ready()
+    us = [make() for _ in range(2 * reps)]
+    warm = median_time(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=0.25)
+                       .data.block_until_ready(), reps)  # fmt: skip
+    compiles.clear()
+    values = iter(np.linspace(0.1, 0.4, reps))
+    new = median_time(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=float(next(values)))
+                      .data.block_until_ready(), reps)  # fmt: skip
+    out["params"] = {"steps": heat_steps, "warm_s": warm, "new_value_s": new,
+                     "ratio": new / warm, "compilations": len(compiles)}  # fmt: skip
+    print("params", out["params"], flush=True)
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main()

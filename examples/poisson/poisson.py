@@ -1,0 +1,218 @@
+"""2-D Poisson equation, Jacobi and conjugate gradients, iterated to convergence on N devices.
+
+    python examples/poisson/poisson.py --n 129 --devices 4
+    python examples/poisson/poisson.py --n 65 --devices 4 --plot out/poisson.png --json
+    python examples/poisson/poisson.py --order 33 65 129        # error against the exact u
+
+Physics: -lap(u) = f on the unit square, u = 0 on the walls, with the
+manufactured solution u = e^x sin(pi x) sin(pi y). Numerics: the
+5-point Laplacian on n x n points (walls included), h = 1/(n - 1); Jacobi
+(the textbook baseline) and conjugate gradients, both written in the global
+view and run by ``pgas.run_until`` as one compiled ``while`` loop until the
+relative residual ||b - A u|| / ||b|| falls below ``--tol`` (1e-8). CG's
+state holds x, r, p and the scalar r.r; each iteration does two reductions
+(p.Ap and r.r), one scalar all-reduce each. ``--json`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import pgas
+
+# ---- Physics ------------------------------------------------------------------------------
+# -lap(u) = f on [0, 1]^2, u = 0 on the walls; exact solution u = e^x sin(pi x) sin(pi y)
+# (not an eigenvector of the discrete Laplacian, so CG has work to do; x is the first axis).
+
+
+def exact(n: int) -> np.ndarray:
+    """The manufactured solution on the n x n grid points (walls included)."""
+    x = np.linspace(0.0, 1.0, n)
+    return (np.exp(x) * np.sin(np.pi * x))[:, None] * np.sin(np.pi * x)[None, :]
+
+
+def source(n: int) -> np.ndarray:
+    """f = -lap(u) = e^x sin(pi y) ((2 pi^2 - 1) sin(pi x) - 2 pi cos(pi x))."""
+    x = np.linspace(0.0, 1.0, n)
+    sx, cx = np.sin(np.pi * x), np.cos(np.pi * x)
+    return (np.exp(x) * ((2 * np.pi**2 - 1) * sx - 2 * np.pi * cx))[:, None] * sx[None, :]
+
+
+# ---- Numerics -----------------------------------------------------------------------------
+# A u = 4 u[i, j] - (u[i-1, j] + u[i+1, j] + u[i, j-1] + u[i, j+1]) = h^2 f[i, j] = b
+# on the interior points; the walls stay 0 (boundary pgas.Keep(): never written).
+
+
+def jacobi(u, b):
+    """One Jacobi sweep: u <- (neighbours + b) / 4 (the walls are not written)."""
+    u[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + b[1:-1, 1:-1])
+    return u
+
+
+def residual_squared(u, b):
+    """||b - A u||^2 over the interior: one reduction (one scalar all-reduce)."""
+    r = b[1:-1, 1:-1] - (4 * u[1:-1, 1:-1] - (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
+                                              + u[1:-1, 2:]))  # fmt: skip
+    return pgas.sum(r * r)
+
+
+def jacobi_converged(tol: float, bb: float):
+    return lambda u, b: residual_squared(u, b) < tol**2 * bb
+
+
+def cg(s):
+    """One conjugate-gradient iteration; the state holds x, r, p and the scalar rr = r.r."""
+    x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
+    ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
+    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap)
+    x[1:-1, 1:-1] = x[1:-1, 1:-1] + alpha * p[1:-1, 1:-1]
+    r[1:-1, 1:-1] = r[1:-1, 1:-1] - alpha * ap
+    new = pgas.sum(r * r)
+    p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
+    return {"x": x, "r": r, "p": p, "rr": new}
+
+
+def cg_converged(tol: float, bb: float):
+    return lambda s: s["rr"] < tol**2 * bb  # rr is already reduced: no collective of its own
+
+
+# ---- Initial conditions -------------------------------------------------------------------
+def fields(n: int, mesh):
+    """b = h^2 f (zero on the walls) and a field maker on ``mesh``."""
+    h = 1.0 / (n - 1)
+    b = h * h * source(n)
+    b[0, :] = b[-1, :] = b[:, 0] = b[:, -1] = 0.0
+
+    def field(a):
+        return pgas.from_numpy(a, mesh, spec=("y", "x"), boundary=pgas.Keep())
+
+    return b, field
+
+
+def cg_state(b: np.ndarray, field):
+    """x = 0, so r = p = b and rr = b.b."""
+    import jax.numpy as jnp
+
+    return {"x": field(np.zeros_like(b)), "r": field(b.copy()), "p": field(b.copy()),
+            "rr": jnp.asarray(float((b * b).sum()))}  # fmt: skip
+
+
+# ---- Time loop ----------------------------------------------------------------------------
+def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) -> dict:
+    """Solve with ``method`` ("jacobi" or "cg"); iterations, seconds, residual and error."""
+    b, field = fields(n, mesh)
+    bb = float((b * b).sum())
+    if method == "jacobi":
+        step, done, kw = jacobi, jacobi_converged(tol, bb), {"params": field(b)}
+    else:
+        step, done, kw = cg, cg_converged(tol, bb), {}
+    pgas.run_until(step, _fresh(method, b, field), done, max_steps, **kw)  # compiles
+    start = time.perf_counter()
+    out = pgas.run_until(step, _fresh(method, b, field), done, max_steps, **kw)
+    seconds = time.perf_counter() - start
+    u = (out.state if method == "jacobi" else out.state["x"]).to_numpy()
+    return {"method": method, "n": n, "devices": mesh.size, "iterations": out.steps_taken,
+            "converged": out.converged, "check_every": out.check_every, "seconds": seconds,
+            "seconds_per_iteration": seconds / out.steps_taken,
+            "relative_residual": _relative_residual(u, b),
+            "error_max": float(np.abs(u - exact(n)).max())}  # fmt: skip
+
+
+def _fresh(method, b, field):
+    return field(np.zeros_like(b)) if method == "jacobi" else cg_state(b, field)
+
+
+def _relative_residual(u: np.ndarray, b: np.ndarray) -> float:
+    r = b[1:-1, 1:-1] - (4 * u[1:-1, 1:-1] - (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
+                                              + u[1:-1, 2:]))  # fmt: skip
+    return float(np.sqrt((r * r).sum() / (b * b).sum()))
+
+
+def history(method: str, n: int, mesh, steps: int, every: int) -> np.ndarray:
+    """Relative residual after every ``every`` iterations (``pgas.run`` with snapshots)."""
+    b, field = fields(n, mesh)
+    bb = float((b * b).sum())
+    steps -= steps % every
+    if method == "jacobi":
+        bf = field(b)
+        _, snaps = pgas.run(jacobi, field(np.zeros_like(b)), steps, params=bf,
+                            snapshot_every=every,
+                            observe=lambda u: residual_squared(u, bf))  # fmt: skip
+    else:
+        _, snaps = pgas.run(cg, cg_state(b, field), steps, snapshot_every=every,
+                            observe=lambda s: s["rr"])  # fmt: skip
+    return np.sqrt(np.asarray(snaps) / bb)
+
+
+def plot(path: str, n: int, mesh, runs: list[dict]) -> None:
+    """The CG solution and both methods' residual histories."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b, field = fields(n, mesh)
+    out = pgas.run_until(cg, cg_state(b, field), cg_converged(1e-8, float((b * b).sum())), 10**5)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    im = left.imshow(out.state["x"].to_numpy().T, origin="lower", extent=(0, 1, 0, 1))  # x across
+    left.set_xlabel("x")
+    left.set_ylabel("y")
+    fig.colorbar(im, ax=left)
+    left.set_title(f"CG solution, n = {n}")
+    for r in runs:
+        every = max(1, r["iterations"] // 200)
+        h = history(r["method"], n, mesh, r["iterations"], every)
+        right.semilogy(every * np.arange(1, len(h) + 1), h, label=r["method"])
+    right.set_xlabel("iteration")
+    right.set_ylabel("||b - Au|| / ||b||")
+    right.set_xscale("log")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=65, help="grid points per side (walls included)")
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--tol", type=float, default=1e-8)
+    parser.add_argument("--methods", nargs="+", default=["jacobi", "cg"], choices=["jacobi", "cg"])
+    parser.add_argument("--order", type=int, nargs="+", help="sizes for the error's order (CG)")
+    parser.add_argument("--plot", help="write the solution and residual histories here (PNG)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    if args.n < 3:
+        parser.error(f"--n {args.n}: the grid needs at least 3 points per side")
+    import jax
+
+    try:
+        pgas.use_cpu_devices(args.devices)
+    except pgas.DeviceCountError:  # JAX already runs (a test, a notebook): use a subset
+        pass
+    jax.config.update("jax_enable_x64", True)
+    mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
+    sizes = args.order or [args.n]
+    runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
+    for r in runs:
+        if not args.json:
+            print(f"{r['method']:>6} n = {r['n']:>4}: {r['iterations']:>7} iterations "
+                  f"(converged {r['converged']}), {r['seconds']:.3f} s, "
+                  f"residual {r['relative_residual']:.2e}, error {r['error_max']:.3e}")  # fmt: skip
+    if args.order and len(sizes) > 1 and not args.json:
+        errs = [r["error_max"] for r in runs if r["method"] == args.methods[-1]]
+        orders = [np.log2(a / b) / np.log2((m - 1) / (k - 1))
+                  for a, b, k, m in zip(errs, errs[1:], sizes, sizes[1:])]  # fmt: skip
+        print("observed order: " + ", ".join(f"{o:.2f}" for o in orders))
+    if args.plot:
+        plot(args.plot, sizes[0], mesh, [r for r in runs if r["n"] == sizes[0]])
+    if args.json:
+        print(json.dumps(runs))
+    return runs
+
+
+if __name__ == "__main__":
+    main()

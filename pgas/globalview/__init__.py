@@ -1,0 +1,10 @@
+"""Layer 3, global view: the sharded global array and the lowering of its slices.
+
+Contract: :class:`~pgas.globalview.array.GlobalArray` is a JAX pytree over a
+mesh; slicing gives lazy views (:mod:`~pgas.globalview.view`), and an
+assignment is lowered (:mod:`~pgas.globalview.lower`) to one halo exchange
+per array and axis (:mod:`~pgas.globalview.halo`) plus masked local
+arithmetic, which Shardy compiles to halo-sized collective-permutes, never an
+all-gather. Reductions (:mod:`~pgas.globalview.reduce`) are one all-reduce of
+a scalar.
+"""

@@ -1,0 +1,319 @@
+"""Lowering: an assignment of views becomes halo exchange plus masked local arithmetic.
+
+``u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])`` is compiled in four
+named phases; relative to the assigned window every view of an array is a
+*shift* of that array by a static offset per axis (``u[:-2]`` seen from
+``u[1:-1]`` is ``u`` shifted by one):
+
+1. :func:`collect`: the :class:`Read` of every array the expression reads,
+   with the largest offset per axis: the halo width it needs (checked against
+   the declared ``halo=`` and the block size).
+2. :func:`sources`: every array read, in its blocks form ``(D0, b0, D1, b1,
+   ...)`` extended by a halo on each side (a :class:`Source`). An array with
+   physical data is extended here by :func:`pgas.halo.extend` (one
+   collective-permute per direction and split axis; two-phase, so corners
+   come along). Inside a compiled loop the arrays arrive already extended
+   (*deep halos*, below) and nothing is sent.
+3. :func:`evaluate`: the expression on local slices of the sources, over the
+   assignment's *domain*: the block plus ``domain[i]`` halo cells per side
+   (a shifted expression can be computed once, wider: *shifts of
+   expressions*, below).
+4. :func:`write`: a mask built from global indices keeps what the window
+   does not cover (cells outside it, padding, the outer cells of a ``Keep``
+   face, ghost cells beyond the domain edge) and writes the rest.
+
+Deep halos. :func:`pgas.run` exchanges a halo ``K`` cells wide once, then
+runs ``k`` steps on the extended blocks (``GlobalArray.ext`` = ``K``): an
+assignment reading an array extended by ``e`` at offset ``o`` computes its
+target on a domain ``e - |o|`` cells wide, so each sub-step shrinks the
+extension by the stencil's reach, and after ``k`` sub-steps the block's own
+cells are what ``k`` single steps give, bit for bit (the same arithmetic on
+the same values). Halo cells are masked by the global cell they copy, so
+windows, ``Keep`` faces and padding act on them exactly as on their owners;
+ghost cells beyond a Neumann face are re-filled after every assignment.
+
+Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
+window) is a :class:`~pgas.globalview.view.Shifted` node. :func:`evaluate`
+*collapses* it: each use computes the inner expression again from windows
+moved by the shift, the same arithmetic on the same values as writing every
+window out by hand, so the same bits. Life written separably, ``rows = g +
+shift(g, 1, 1) + shift(g, -1, 1)`` and ``n = rows + shift(rows, 1, 0) +
+shift(rows, -1, 0) - g``, becomes one kernel of 9 moved reads of the board.
+Computing the inner expression once and slicing its uses was tried and is
+not kept: inside a deep-halo group it adds a pass over the extended block per
+sub-step, and XLA recomputes fused producers anyway (benchmarks/README.md,
+"Findings").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pgas.errors import (
+    DTypeMismatchError,
+    FrameError,
+    HaloError,
+    IndexingError,
+    LayoutError,
+    ShapeMismatchError,
+)
+from pgas.globalview.halo import extend, refill_mirror
+from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
+
+__all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
+           "check_dtype", "blocks_of", "physical_of", "anchor_of"]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Read:
+    """An array read by an assignment, and the halo width it needs per axis."""
+
+    array: Any
+    widths: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Source:
+    """An array's values in the blocks form, extended by ``ext[i]`` cells per side."""
+
+    data: jax.Array
+    ext: tuple[int, ...]
+
+
+def check_dtype(value: np.dtype, target: np.dtype, weak: bool) -> None:
+    """Refuse an assignment that would lose information (e.g. floats into an int array).
+
+    >>> check_dtype(np.dtype("int32"), np.dtype("float32"), False)
+    """
+    if weak:  # a Python-scalar expression: ints fit any number, floats need a float array
+        ok = target.kind != "b" if value.kind in "iub" else target.kind in "fc"
+    else:
+        ok = np.can_cast(value, target, casting="same_kind")
+    if not ok:
+        raise DTypeMismatchError(
+            f"cannot assign {value} values to a {target} array without loss; cast the "
+            f"expression explicitly with .astype({str(target)!r}) or make the array {value}"
+        )
+
+
+def blocks_of(array) -> tuple[jax.Array, tuple[int, ...]]:
+    """An array's data in the blocks form, and its extension (zeros for physical data)."""
+    if array.ext is None:
+        return array.layout.to_blocks(array.data), (0,) * array.layout.ndim
+    return array.data, array.ext
+
+
+def physical_of(array) -> jax.Array:
+    """An array's physical data, whatever form it is in (the block's own cells)."""
+    if array.ext is None:
+        return array.data
+    lay, blocks = array.layout, array.data
+    for axis, (e, ax) in enumerate(zip(array.ext, lay.axes)):
+        if e:
+            blocks = jax.lax.slice_in_dim(blocks, e, e + ax.block, axis=2 * axis + 1)
+    return lay.from_blocks(blocks)
+
+
+def anchor_of(counter: jax.Array) -> jax.Array:
+    """A zero XLA cannot tell from a loop counter (see :class:`pgas.GlobalArray` ``anchor``).
+
+    A loop index is below 2**31, so its sign bit is zero; XLA cannot prove it,
+    and leaves masks built on it inside the loop, where they fuse into the
+    stencil instead of being hoisted as arrays read from memory every step.
+
+    >>> int(anchor_of(jnp.int32(7)))
+    0
+    """
+    return jax.lax.shift_right_arithmetic(jnp.asarray(counter).astype(jnp.int32), jnp.int32(31))
+
+
+# ---- 1. collect --------------------------------------------------------------------------
+def collect(target, window: Window, value: View) -> list[Read]:
+    """The arrays ``value`` reads, with the halo width each needs per axis."""
+    lay = target.layout
+    reads: dict[int, Read] = {}
+    for leaf in value.leaves():
+        other = leaf.array.layout
+        if not other.same_grid(lay):
+            raise LayoutError(
+                f"a view of an array of shape {other.shape} split {other.spec} over mesh "
+                f"{dict(other.mesh.shape)} cannot be assigned to one of shape {lay.shape} split "
+                f"{lay.spec} over {dict(lay.mesh.shape)}; use arrays of one layout"
+            )
+        if leaf.window.kept != window.kept:
+            raise IndexingError(
+                "a view indexes other axes with integers than the window it is assigned to; "
+                "integer indices must sit on the same axes on both sides"
+            )
+        offsets = [abs(s - t) for s, t in zip(leaf.window.start, window.start)]
+        old = reads.get(id(leaf.array))
+        widths = tuple(offsets if old is None else map(max, old.widths, offsets))
+        reads[id(leaf.array)] = Read(leaf.array, widths)
+    for read in reads.values():
+        for axis, h in enumerate(read.widths):
+            if h:
+                read.array.layout.check_halo(axis, h)
+    return list(reads.values())
+
+
+# ---- 2. sources --------------------------------------------------------------------------
+def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
+    """Every array read, extended by its widths plus ``base`` (a halo exchange for physical data).
+
+    ``base`` is the target's extension: inside a deep-halo loop an array that is
+    not part of the loop's state (a constant) is extended as far as the state.
+    """
+    out = {}
+    for read in reads:
+        arr = read.array
+        if arr.ext is not None:
+            out[id(arr)] = Source(arr.data, arr.ext)
+            continue
+        lay = arr.layout
+        blocks = lay.to_blocks(arr.data)
+        widths = tuple(h + b for h, b in zip(read.widths, base))
+        for axis, h in enumerate(widths):
+            if h > lay.axes[axis].min_length:  # only inside frames: collect checked the rest
+                raise FrameError(
+                    f"an array read inside deep-halo frames would need {h} halo cells on axis "
+                    f"{axis}, more than its smallest block ({lay.axes[axis].min_length})"
+                )
+            if h:
+                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
+                                lay.block_iota(axis))  # fmt: skip
+        if sum(h > 0 for h in widths) > 1:
+            # Keeps XLA from folding the slices of the extended block back into its pieces:
+            # the stencil then reads only the extended copy and can write its result over
+            # the loop buffer (else XLA adds a full copy of the block per step).
+            blocks = jax.lax.optimization_barrier(blocks)
+        out[id(arr)] = Source(blocks, widths)
+    return out
+
+
+def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int, ...]:
+    """Halo cells per side the assignment computes: what every source still covers."""
+    dom = list((0,) * target.layout.ndim if target.ext is None else target.ext)
+    for read in reads:
+        ext = found[id(read.array)].ext
+        for axis, (e, h) in enumerate(zip(ext, read.widths)):
+            dom[axis] = min(dom[axis], e - h)
+    for read in reads:
+        for axis, d in enumerate(dom):
+            if d > 0 and target.layout.periodic(axis) and not read.array.layout.periodic(axis):
+                raise FrameError(
+                    f"a periodic array reads a non-periodic one across axis {axis}: its halo "
+                    f"cells there stand for cells across the wrap, which the other array's "
+                    f"halo does not hold, so they cannot be computed ahead"
+                )
+    for axis, d in enumerate(dom):
+        if d < 0:
+            raise HaloError(
+                f"the step reads {-d} cell(s) farther across axis {axis} than the halo pgas "
+                f"exchanged for it; the step must read the same cells every time it runs (no "
+                f"Python control flow on data), or run it with steps_per_exchange=1"
+            )
+    return tuple(dom)
+
+
+# ---- 3. evaluate -------------------------------------------------------------------------
+
+
+def _offsets(node: View, window: Window) -> tuple[int, ...]:
+    """The shift of ``node``'s operand per array axis (``Shifted`` offsets are per view axis)."""
+    ndim = len(window.kept)
+    if not isinstance(node, Shifted):
+        return (0,) * ndim
+    axes = [a for a in range(ndim) if window.kept[a]]  # view axis -> array axis
+    out = [0] * ndim
+    for axis, o in zip(axes, node.offsets):
+        out[axis] = o
+    return tuple(out)
+
+
+def _crop(data: jax.Array, cut_lo, cut_hi) -> jax.Array:
+    """``data`` (blocks form) less ``cut_lo[i]`` cells at the start of block axis ``i``, and
+    ``cut_hi[i]`` at its end."""
+    if jnp.ndim(data) == 0:  # an expression of no window (pgas.apply returning a constant)
+        return data
+    for axis, (a, b) in enumerate(zip(cut_lo, cut_hi)):
+        if a or b:
+            n = data.shape[2 * axis + 1]
+            data = jax.lax.slice_in_dim(data, a, n - b, axis=2 * axis + 1)
+    return data
+
+
+def evaluate(value: View, window: Window, found: dict[int, Source], domain) -> jax.Array:
+    """The expression's values on the domain (blocks form, ``domain[i]`` halo cells per side).
+
+    Values are computed at margins ``(lo, hi)``: cells ``-domain[i] - lo[i]`` to
+    ``block + domain[i] + hi[i]``. A window is a slice of its source; a shift
+    of an expression computes the expression at margins moved by the shift.
+    """
+
+    def values(node: View, lo: tuple[int, ...], hi: tuple[int, ...]) -> jax.Array:
+        if isinstance(node, Leaf):  # the source covers cells -ext to block + ext
+            src, at = found[id(node.array)], _minus(node.window.start, window.start)
+            cut = _minus(src.ext, domain)
+            return _crop(src.data, _plus(_minus(cut, lo), at), _minus(_minus(cut, hi), at))
+        if isinstance(node, Shifted):
+            o = _offsets(node, window)
+            return values(node.inner, _plus(lo, o), _minus(hi, o))
+        return node.fn(*(values(a, lo, hi) if isinstance(a, View) else a for a in node.args))
+
+    zero = (0,) * len(window.kept)
+    return values(value, zero, zero)
+
+
+def _plus(a, b) -> tuple[int, ...]:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _minus(a, b) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b))
+
+
+# ---- 4. write ----------------------------------------------------------------------------
+def write(target, window: Window, new, reach, domain) -> tuple[jax.Array, tuple[int, ...] | None]:
+    """The target's new data: ``new`` inside the window mask, the old values elsewhere."""
+    lay = target.layout
+    blocks, ext = blocks_of(target)
+    for axis, (e, d) in enumerate(zip(ext, domain)):
+        if e != d:
+            blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + lay.axes[axis].block + 2 * d,
+                                          axis=2 * axis + 1)  # fmt: skip
+    frame = target.ext is not None
+    mask = lay.window_mask(window.start, window.extent, reach, ext=domain if frame else None,
+                           anchor=target.anchor)  # fmt: skip
+    new = jnp.asarray(new).astype(target.dtype)
+    result = jnp.broadcast_to(new if mask is None else jnp.where(mask, new, blocks), blocks.shape)
+    if not frame:
+        return lay.from_blocks(result), None
+    for axis, d in enumerate(domain):
+        if d:
+            result = refill_mirror(result, axis, d, lay.axes[axis], lay.boundary[axis],
+                                   lay.block_iota(axis), target.anchor)  # fmt: skip
+    return result, tuple(domain)
+
+
+def assign(target, window: Window, value) -> tuple[jax.Array, tuple[int, ...] | None]:
+    """``target[window] = value``: the target's new ``(data, ext)``; see the module docstring."""
+    value = as_view(value)
+    if isinstance(value, View):
+        if value.shape != window.shape:
+            raise ShapeMismatchError(
+                f"cannot assign a view of shape {value.shape} to a window of shape {window.shape}"
+            )
+        check_dtype(value.dtype, np.dtype(target.dtype), value.weak)
+    else:
+        check_dtype(np.result_type(value), np.dtype(target.dtype), isinstance(value, SCALARS))
+    reads = collect(target, window, value) if isinstance(value, View) else []
+    found = sources(reads, target.ext or (0,) * target.layout.ndim)
+    domain = domain_of(target, reads, found)
+    new = evaluate(value, window, found, domain) if isinstance(value, View) else value
+    reach = [max([r.widths[a] for r in reads], default=0) for a in range(target.layout.ndim)]
+    return write(target, window, new, reach, domain)

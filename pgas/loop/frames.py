@@ -1,0 +1,326 @@
+"""Frames: the fields of a state extended by a deep halo, and the group of k steps on them.
+
+A *group* is what one iteration of a compiled loop runs (:mod:`pgas.loop`):
+every field of the state is extended by a halo ``k`` times the step's reach
+(:func:`frames`: one exchange per split axis, the extended block built once
+by a concatenate behind an optimization barrier), the user's step runs ``k``
+times on the extended blocks (each assignment computes a domain that much
+narrower, see :mod:`pgas.lower`), and the fields' own cells are kept
+(:func:`cores`). :func:`step_fn` wraps a user's step so that whole-array
+expressions it returns become arrays.
+
+Fields travel between groups in their blocks form ``(D0, b0, D1, b1, ...)``
+with no extension (``ext`` all zeros); :func:`blocks` and :func:`physical`
+convert a state from and to the physical form users hold.
+
+Double buffering (:func:`double_buffered`: on the CPU). There the loop carries
+every field already extended (:func:`framed`), in two buffers, as an MPI code
+carries ``u`` and ``u_new`` with their ghost cells. :func:`double_group`
+exchanges the halo in place (:func:`pgas.halo.refill`: only the slabs are
+written), and writes each sub-step's result into the other buffer by a
+dynamic-update-slice that XLA fuses with the sub-step and does in place. So a
+sub-step is one pass over the block with nothing recomputed, and a device
+holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
+extended copy and an intermediate of the single-buffered group).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pgas.errors import PgasError
+from pgas.globalview.array import GlobalArray
+from pgas.globalview.halo import extend, refill
+from pgas.globalview.lower import anchor_of, blocks_of, physical_of
+from pgas.globalview.view import View
+from pgas.grid.mesh import platform_of
+
+__all__ = [
+    "step_fn",
+    "hold",
+    "frames",
+    "cores",
+    "blocks",
+    "physical",
+    "group",
+    "group_program",
+    "double_buffered",
+    "framed",
+    "double_group",
+    "read_only",
+]
+
+State = Any
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, GlobalArray)
+
+
+def _fields(fn: Callable) -> Callable:
+    """``fn`` on a state's fields; its scalars (0-d arrays, replicated) pass unchanged."""
+    return lambda x: fn(x) if isinstance(x, GlobalArray) else x
+
+
+def _as_array(x):
+    return x.to_array() if isinstance(x, View) else x
+
+
+def step_fn(step: Callable[..., State], params: Any = None) -> Callable[[State], State]:
+    """Wrap ``step`` so that it returns arrays (whole-array expressions materialised).
+
+    With ``params`` (not ``None``) the step is called ``step(state, params)``.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))
+    >>> step_fn(lambda u: 2 * u)(u).to_numpy()
+    array([0., 2., 4.])
+    >>> step_fn(lambda u, c: c * u, 3.0)(u).to_numpy()
+    array([0., 3., 6.])
+    """
+
+    @functools.wraps(step)
+    def wrapped(state):
+        out = step(state) if params is None else step(state, params)
+        if out is None:
+            raise PgasError(
+                f"step function {getattr(step, '__name__', step)!r} returned None; return the "
+                f"updated state (e.g. 'return u' after u[1:-1] = ...)"
+            )
+        return jax.tree.map(_as_array, out, is_leaf=lambda x: isinstance(x, View))
+
+    return wrapped
+
+
+def hold(mesh, halo: tuple[int, ...]) -> bool:
+    """Whether an extended block is held behind an optimization barrier (built once).
+
+    On the CPU always: the sub-steps then read only the extended copy and XLA
+    fuses them into one pass. On a GPU only for a halo on several axes: a 1-D
+    extension left to XLA fuses into the first sub-step's kernel, which saves
+    a pass over memory, while a 2-D extension without the barrier is folded
+    back into its pieces, each read again (benchmarks/README.md, "GPU").
+
+    >>> import pgas
+    >>> hold(pgas.make_mesh(devices=1), (1,)), hold(pgas.make_mesh(devices=1), (1, 1))
+    (True, True)
+    """
+    return platform_of(mesh) == "cpu" or sum(h > 0 for h in halo) > 1
+
+
+def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None) -> State:
+    """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
+
+    The extended blocks are built by a concatenate, held behind an optimization
+    barrier where that helps (:func:`hold`), so that the sub-steps read only
+    them. ``anchor`` is a zero tied to the loop counter (see
+    :class:`pgas.GlobalArray`).
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        blocks, ext = blocks_of(g)
+        if any(ext):
+            raise PgasError("internal: frames() takes fields without halo")
+        for axis, h in enumerate(halo[: lay.ndim]):
+            if h:
+                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
+                                lay.block_iota(axis))  # fmt: skip
+        if hold(lay.mesh, halo[: lay.ndim]):
+            blocks = jax.lax.optimization_barrier(blocks)
+        return GlobalArray(blocks, lay, tuple(halo[: lay.ndim]), anchor)
+
+    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+
+
+def cores(state: State) -> State:
+    """Every field's own cells, in the blocks form without halo."""
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        return GlobalArray(lay.to_blocks(physical_of(g)), lay, (0,) * lay.ndim)
+
+    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+
+
+def blocks(state: State) -> State:
+    """Every field in its blocks form without halo (what the loop carries)."""
+    return jax.tree.map(_fields(lambda g: GlobalArray(blocks_of(g)[0], g.layout,
+                                                      (0,) * g.layout.ndim)),
+                        state, is_leaf=_is_array)  # fmt: skip
+
+
+def physical(state: State) -> State:
+    """Every field in its physical form (what users hold)."""
+    return jax.tree.map(_fields(lambda g: GlobalArray(physical_of(g), g.layout)), state,
+                        is_leaf=_is_array)  # fmt: skip
+
+
+def group(body: Callable, widths: tuple[int, ...] | None, k: int) -> Callable:
+    """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``.
+
+    ``widths=None`` (a step no frame can hold, see :func:`pgas.plan.plan`): one
+    step on the physical fields, each assignment exchanging its own halo.
+    """
+    if widths is None:
+        if k != 1:
+            raise PgasError(f"internal: a step without frames runs one step per group, not {k}")
+        return lambda state, counter=None: blocks(body(physical(state)))
+
+    def group(state, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        s = frames(state, tuple(k * w for w in widths), anchor)
+        for _ in range(k):
+            s = body(s)
+        return cores(s)
+
+    return group
+
+
+def group_program(step: Callable, widths: tuple[int, ...] | None,
+                  k: int, params: Any = None) -> Callable[[State], State]:  # fmt: skip
+    """One exchange and ``k`` steps, physical state in and out (what comm_report compiles);
+    ``params`` as :func:`step_fn` takes them (already :func:`read_only`)."""
+    run_group = group(step_fn(step, params), widths, k)
+    return lambda state: physical(run_group(blocks(state)))
+
+
+# ---- double buffering --------------------------------------------------------------------
+def double_buffered(mesh) -> bool:
+    """Whether :func:`pgas.run` carries the fields extended, in two buffers (on the CPU).
+
+    On a GPU the single-buffered group stays: its extension fuses into the
+    first sub-step's kernel (benchmarks/README.md, "GPU").
+
+    >>> import pgas
+    >>> double_buffered(pgas.make_mesh(devices=1))
+    True
+    """
+    return platform_of(mesh) == "cpu"
+
+
+def framed(state: State, halo: tuple[int, ...]) -> State:
+    """Every field in its blocks form with room for ``halo[i]`` cells per side (zeros).
+
+    What a double-buffered loop carries; :func:`double_group` fills the halo.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> f = framed(u, (2,))
+    >>> f.ext, f.data.tolist()
+    ((2,), [[0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0]])
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        lay = g.layout
+        data, ext = blocks_of(g)
+        if any(ext):
+            raise PgasError("internal: framed() takes fields without halo")
+        cfg = [(0, 0, 0)] * data.ndim
+        for axis, h in enumerate(halo[: lay.ndim]):
+            cfg[2 * axis + 1] = (h, h, 0)
+        data = jax.lax.pad(data, jnp.zeros((), data.dtype), cfg)
+        if lay.mesh.size > 1:
+            data = jax.lax.with_sharding_constraint(data, lay.blocks_sharding)
+        return GlobalArray(data, lay, tuple(halo[: lay.ndim]))
+
+    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+
+
+def _seen(g: GlobalArray, ext: tuple[int, ...], data, anchor) -> GlobalArray:
+    """``data`` (a buffer of ``g``'s extension) seen with extension ``ext`` (a static slice)."""
+    for axis, (have, want) in enumerate(zip(g.ext, ext)):
+        if have != want:
+            size = g.layout.axes[axis].block + 2 * want
+            data = jax.lax.slice_in_dim(data, have - want, have - want + size, axis=2 * axis + 1)
+    return GlobalArray(data, g.layout, tuple(ext), anchor)
+
+
+def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None) -> jax.Array:
+    """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged."""
+    lay, data = g.layout, g.data
+    for axis, w in enumerate(widths[: lay.ndim]):
+        if w:
+            data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
+                          transport)  # fmt: skip
+    return data
+
+
+def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
+    """``data`` (extension ``ext``) written into ``buffer`` (extension ``have``) at its place:
+    a dynamic-update-slice, which XLA fuses with the sub-step and does in place."""
+    start = [0] * data.ndim
+    for axis, (h, e) in enumerate(zip(have, ext)):
+        start[2 * axis + 1] = h - e
+    return jax.lax.dynamic_update_slice(buffer, data, start)
+
+
+def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None) -> Callable:
+    """``k`` steps on double-buffered fields: ``group((X, Y), counter) -> (X, Y)``.
+
+    ``X`` holds the fields extended (:func:`framed`), ``Y`` a second buffer of
+    each. One in-place exchange of their whole halo (at least ``k * widths``
+    cells: a single step after groups of ``k`` exchanges the groups' halo,
+    as exchanging part of it made XLA copy the block), then every
+    sub-step writes each field it changes into that field's other buffer;
+    fields the step returns unchanged stay where they are. After ``k``
+    sub-steps a field is back in ``X``'s buffer when ``k`` is even (the loop
+    runs groups in pairs otherwise). ``transport``: how slabs travel
+    (:data:`pgas.halo.Transport`; default the global-view shift). Benchmarks pass
+    one that keeps each block's own slab, to time the same work without exchange.
+    """
+    reach = tuple(k * w for w in widths)
+
+    def group(pair, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
+        spare = [y.data for y in tree.flatten_up_to(pair[1])]
+        now = [_refresh(x, x.ext, transport) for x in xs]  # the whole halo: written in place
+        ext = [reach[: x.layout.ndim] for x in xs]
+        for _ in range(k):
+            state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
+            given = [g.data for g in state]  # a step may assign into the arrays it is given
+            out = tree.flatten_up_to(body(tree.unflatten(state)))
+            for i, new in enumerate(out):
+                if new.data is given[i]:  # returned unchanged: stays in its buffer
+                    continue
+                data, ext[i] = blocks_of(new)
+                now[i], spare[i] = _place(spare[i], data, xs[i].ext, ext[i]), now[i]
+        fields = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, now)]
+        others = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, spare)]
+        return tree.unflatten(fields), tree.unflatten(others)
+
+    return group
+
+
+# ---- read-only fields ---------------------------------------------------------------------
+def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
+    """``params`` with every read-only :class:`GlobalArray` extended once for a loop.
+
+    The halo is what a group's sub-steps read it with, at most ``k + 1``
+    reaches per side (the state's ``k`` plus the read's own) and at most the
+    smallest block (the plan's ``k`` fits a constant's reads there, see
+    :func:`pgas.plan.plan`), so the field is exchanged once per call of the
+    loop, never per group or sub-step. ``widths=None`` (no frames): unchanged.
+
+    >>> import numpy as np, pgas
+    >>> c = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> read_only({"c": c, "dt": 0.1}, (1,), 1)["c"].ext
+    (2,)
+    """
+    if params is None or widths is None:
+        return params
+
+    def one(g):
+        if not isinstance(g, GlobalArray) or g.ext is not None:
+            return g
+        lay = g.layout
+        halo = tuple(min((k + 1) * w, ax.min_length) for w, ax in zip(widths, lay.axes))
+        return frames(g, halo)
+
+    return jax.tree.map(one, params, is_leaf=_is_array)

@@ -1,0 +1,73 @@
+"""Scalars in the state of a compiled loop: 0-d JAX arrays beside the fields.
+
+The state of :func:`pgas.run` and :func:`pgas.run_until` is a pytree whose
+leaves are :class:`pgas.GlobalArray` fields and scalars: 0-d ``jax.Array``
+values, replicated on every device (a residual ``r . r``, a step size, a
+time). A step computes a new scalar with a reduction (``pgas.sum(p * Ap)``),
+which the compiled loop runs as one all-reduce of a scalar per step, and
+returns it in the state. The frames of a loop pass scalars unchanged
+(:mod:`pgas.loop.frames`); a step with a reduction inside runs one step per
+exchange (:func:`pgas.loop.plan.plan` says so), and a state with scalars is
+carried single-buffered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from pgas.errors import PgasError
+from pgas.globalview.array import GlobalArray
+
+__all__ = ["check_state", "has_scalars"]
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, GlobalArray)
+
+
+def check_state(state: Any, name: str = "state") -> None:
+    """Every leaf of ``state`` is a :class:`pgas.GlobalArray` or a 0-d ``jax.Array``.
+
+    Raises:
+        PgasError: naming the leaf, what it is, and how to make a scalar of it.
+
+    >>> import jax.numpy as jnp, numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(4, np.float32), pgas.make_mesh(devices=1))
+    >>> check_state((u, jnp.float32(0.0)))
+    >>> try:
+    ...     check_state((u, 0.5))
+    ... except pgas.PgasError as err:
+    ...     print(str(err)[:44])
+    state[1] is a float (0.5): a state holds pga
+    """
+    found, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_array)
+    for path, leaf in found:
+        if isinstance(leaf, GlobalArray):
+            continue
+        if isinstance(leaf, jax.Array) and leaf.ndim == 0:
+            continue
+        where = f"{name}{jax.tree_util.keystr(path)}"
+        if isinstance(leaf, (jax.Array, np.ndarray)):
+            what = f"an array of shape {tuple(leaf.shape)}"
+            fix = ("wrap a field with pgas.from_numpy, keep scalars 0-d (e.g. pgas.sum(r * r)), "
+                   "or pass a constant array by params=")  # fmt: skip
+        else:
+            what = f"a {type(leaf).__name__} ({leaf!r:.40})"
+            fix = (f"make it one with jnp.asarray({leaf!r:.40}, dtype), or pass a constant "
+                   f"by params=")  # fmt: skip
+        raise PgasError(f"{where} is {what}: a state holds pgas.GlobalArrays and scalars "
+                        f"(0-d JAX arrays); {fix}")  # fmt: skip
+
+
+def has_scalars(state: Any) -> bool:
+    """Whether ``state`` holds a scalar beside its fields.
+
+    >>> import jax.numpy as jnp, numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(4, np.float32), pgas.make_mesh(devices=1))
+    >>> has_scalars(u), has_scalars({"u": u, "rr": jnp.float32(1.0)})
+    (False, True)
+    """
+    return any(not _is_array(x) for x in jax.tree.leaves(state, is_leaf=_is_array))

@@ -1,0 +1,639 @@
+"""Compiled time loops: a whole run is one XLA program, with deep halos.
+
+``run(step, state, steps)`` compiles ``steps`` applications of ``step`` into a
+single ``lax.fori_loop`` (the trip count is a runtime value, so the program is
+compiled once and reused for any count), donates the state's buffers so the
+loop updates them in place, and accepts any pytree of global arrays (several
+fields). ``step`` may update its arguments in place (``u[1:-1] = ...``) and
+return them, or return new arrays or whole-array expressions.
+
+Deep halos (``steps_per_exchange=k``, chosen by :func:`pgas.plan.plan` for
+``"auto"``): every loop iteration exchanges, for every field of the state, a
+halo ``k`` times the step's reach (:func:`frames`), runs the user's step ``k``
+times on the extended blocks without communicating (each sub-step shrinks the
+extension, see :mod:`pgas.lower`), and keeps the blocks' own cells
+(:func:`cores`). The result is bitwise equal to ``k`` single steps. A run of
+``steps`` steps is ``steps // k`` such groups and ``steps % k`` single steps;
+chunks and snapshots end on their own step counts, so groups never cross them.
+
+Buffers. On the CPU at ``k > 1`` the loop is double-buffered
+(:func:`pgas.frames.double_group`): it carries every field already extended,
+in two buffers, exchanges the halo slabs in place and writes each sub-step
+into the other buffer, so each sub-step is one pass over the block and a
+device holds two extended blocks (:func:`compiled` gives XLA's memory
+analysis). ``run`` converts the user's state to that form
+and back once per call. Elsewhere (``k = 1``, GPUs) the loop carries the
+fields in their blocks form in one buffer: a group reads the extended copy of
+its field, built once per exchange by one concatenate, so XLA writes the
+group's result straight into the loop's buffer (no copy), and a device holds
+the block, the extended copy and the sub-steps' intermediates.
+
+With ``snapshot_every=K`` the loop is a ``lax.scan`` over snapshots of an
+inner loop of ``K`` steps, still one program; ``observe(state)`` picks what
+each snapshot keeps (default: the whole state; use a reduction such as
+:func:`pgas.sum` for cheap diagnostics). ``chunk`` and ``callback`` cut the run
+into compiled chunks and call back into Python between them only, for
+progress bars and checkpoints.
+
+Inside JAX. Called with traced arrays (under ``jax.jit``, ``grad``, ``jvp``,
+``vmap`` over params, ``lax.scan``) ``run`` inlines the same loop
+(:attr:`Program.inline`): no ``jit`` of its own, no donation, static trip
+counts (a ``lax.scan``, which reverse mode differentiates) unless ``steps`` is
+traced. Reverse mode uses rematerialised segments (:func:`_segments`): a scan
+over segments of about ``sqrt(steps)`` steps, each under ``jax.checkpoint``, so
+the state is stored at segment boundaries only and one segment at a time is
+recomputed: about ``2 sqrt(steps)`` stored states for one extra forward pass.
+This two-level schedule, rather than a binomial (treeverse) one, because it
+is two nested ``lax.scan``s XLA compiles as loops, keeps every segment on
+deep-halo group boundaries (a group replays whole), and its memory was
+measured within ``2.5 sqrt(steps) + 10`` blocks up to 10000 steps
+(benchmarks/README.md); ``remat_every=`` is the knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pgas.errors import PgasError, whole_number
+from pgas.globalview.array import GlobalArray
+from pgas.loop import kept
+from pgas.loop.frames import (
+    blocks,
+    double_group,
+    framed,
+    group,
+    physical,
+    read_only,
+    step_fn,
+)
+from pgas.loop.plan import AUTO, Plan
+from pgas.loop.plan import plan as make_plan
+from pgas.loop.scalars import check_state
+
+__all__ = ["run", "program", "Program", "compiled", "captured"]
+
+State = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """The compiled loop of :func:`run` and the forms it carries.
+
+    Attributes:
+        enter: the user's state -> what the loop carries.
+        advance: ``advance(carried, count, params=None)`` runs ``count`` steps
+            (with snapshots: ``count`` snapshots) as one compiled program; it
+            donates what it is given.
+        leave: what the loop carries -> the user's state.
+        inline: ``inline(state, count, params, segment)``: the same loop as a
+            traceable function of the user's state (no ``jit``, no donation),
+            for a caller's trace (:func:`run` under ``jax.jit``, ``grad``, ...);
+            a static ``count`` is cut into rematerialised segments of
+            ``segment`` loop iterations (``None``: none).
+    """
+
+    enter: Callable
+    advance: Callable
+    leave: Callable
+    inline: Callable | None = None
+
+
+@functools.lru_cache(maxsize=64)
+def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int | None,
+            observe: Callable | None, double: bool = False,
+            transport: Callable | None = None, takes_params: bool = False,
+            captured: tuple = ()) -> Program:  # fmt: skip
+    """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
+
+    A seam for tools that need the loop itself: XLA's memory analysis and HLO
+    (:func:`compiled`), or the same loop with another transport.
+
+    Args:
+        step: the step, as given to :func:`run`.
+        k: steps per exchange (:attr:`pgas.loop.plan.Plan.steps_per_exchange`).
+        widths: the step's reach per axis (:attr:`pgas.loop.plan.Plan.widths`).
+        every: steps per snapshot, or ``None``.
+        observe: what a snapshot keeps (default: the state).
+        double: carry the fields extended, in two buffers
+            (:func:`pgas.loop.frames.double_group`; CPU, ``k > 1``).
+        transport: how the double-buffered loop's halo slabs travel between
+            blocks, a :data:`pgas.globalview.halo.Transport`; default the
+            collective-permutes of the global view. ``lambda slab, direction:
+            slab`` gives every block its own slabs: the same work with no
+            collective, which is how benchmarks/deep_halo.py measures the cost
+            of communication.
+        takes_params: the step is called ``step(state, params)``.
+        captured: the arrays the step reads from its enclosing scope
+            (:func:`captured`), part of the key so that a rebound array gives a
+            new program, never a stale one.
+    """
+    look = observe or (lambda s: s)
+    if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
+        return _double(step, k, widths, every, look, transport, takes_params)
+
+    def body(params):
+        return step_fn(step, _given(params, takes_params))
+
+    def loop(a, count, params, segment):
+        params = read_only(params, widths, k)
+        many, single = group(body(params), widths, k), group(body(params), widths, 1)
+        a, first = _segments(many, count // k, a, segment)
+        a = _fori(first, count // k, many, a)
+        return _fori(0, count % k, single, a) if k > 1 else a  # k = 1: no remainder
+
+    def advance(state, count, params=None):
+        return physical(loop(blocks(state), count, params, None))
+
+    def same(state):
+        return state
+
+    def inline(state, count, params, segment):
+        if every is None:
+            return physical(loop(blocks(state), count, params, segment))
+
+        def chunk(s, _):
+            s = physical(loop(blocks(s), every, params, segment))
+            return s, look(s)
+
+        return jax.lax.scan(chunk, state, None, length=count // every)
+
+    if every is None:
+        return Program(same, _Counted(jax.jit(advance, donate_argnums=0)), same, inline)
+
+    def snapshots(state, count, params=None):
+        def chunk(s, _):
+            s = advance(s, every, params)
+            return s, look(s)
+
+        return jax.lax.scan(chunk, state, None, length=count)
+
+    run = jax.jit(snapshots, donate_argnums=0, static_argnums=1)
+    return Program(same, run, same, inline)
+
+
+def _given(params, takes: bool):
+    """What the step is given besides its state (``None``: it is called ``step(state)``)."""
+    return (params if params is not None else ()) if takes else None
+
+
+def _fori(lo, hi, fn: Callable, carry):
+    """``fn(carry, i)`` for ``i`` in ``[lo, hi)``: a ``fori_loop`` (a traced ``hi`` stays a
+    runtime trip count; a static one becomes a scan, which reverse mode differentiates);
+    nothing for a static empty range."""
+    if isinstance(hi, int) and hi <= lo:
+        return carry
+    return jax.lax.fori_loop(lo, hi, lambda i, s: fn(s, i), carry)
+
+
+def _segments(fn: Callable, n, carry, segment: int | None, *, fresh=None, hand=None):
+    """Rematerialised segments of ``n`` applications of ``fn(carry, i)``: ``(carry, done)``.
+
+    For a static ``n`` and a ``segment``: a ``lax.scan`` over ``n // segment``
+    segments of ``segment`` iterations, each under ``jax.checkpoint``. Reverse
+    mode then stores the carry at each segment boundary only and, from the last
+    segment back, recomputes one segment at a time, storing what its iterations
+    need: about ``n / segment + segment`` carries instead of ``n``. The caller
+    runs the ``n - done`` iterations left. ``fresh(c)`` makes the carry a
+    segment starts from out of what segments hand on, ``hand(carry)`` what it
+    hands on (the double-buffered loop hands on one buffer and gives each
+    segment a new spare, so the spare is never stored).
+    """
+    if segment is None or not isinstance(n, int) or n < 2 * segment:
+        return carry, 0
+    fresh, hand = fresh or (lambda c: c), hand or (lambda c: c)
+    outer = n // segment
+
+    def one(c, j):
+        return hand(_fori(0, segment, lambda s, i: fn(s, j * segment + i), fresh(c))), None
+
+    carry, _ = jax.lax.scan(jax.checkpoint(one, prevent_cse=False), carry,
+                            jnp.arange(outer, dtype=jnp.int32))  # fmt: skip
+    return carry, outer * segment
+
+
+def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
+            look: Callable, transport: Callable | None = None,
+            takes_params: bool = False) -> Program:  # fmt: skip
+    """The double-buffered loop (see :func:`pgas.frames.double_group`).
+
+    Every physical step writes a field into its other buffer, so a field is
+    back in the buffer it started in after an even number of steps. The loop
+    runs groups in pairs when ``k`` is odd and the remaining steps in pairs, so
+    nothing is copied; after an odd number of steps (its parity is static: a
+    program per parity) the result is the second buffer.
+    """
+    halo = tuple(k * w for w in widths)
+    pairs = 2 if k % 2 else 1
+
+    def spare(state):
+        return jax.tree.map(lambda g: GlobalArray(jnp.zeros_like(g.data), g.layout, g.ext),
+                            state, is_leaf=lambda x: isinstance(x, GlobalArray))  # fmt: skip
+
+    def loop(state, count, params, segment, odd: bool):
+        """``count`` steps on the extended state (``odd``: ``count`` is odd): the latest
+        buffer (the spare is made here, so a caller hands on one buffer)."""
+        params = read_only(params, widths, k)
+        body = step_fn(step, _given(params, takes_params))
+        many = double_group(body, widths, k, transport)
+        single = double_group(body, widths, 1, transport)
+
+        def iteration(pair, i):
+            for j in range(pairs):  # each group its own anchor, so no mask is shared (and stored)
+                pair = many(pair, pairs * i + j)
+            return pair
+
+        n = count // (pairs * k)
+        state, first = _segments(iteration, n, state, segment,
+                                 fresh=lambda x: (x, spare(x)), hand=lambda p: p[0])  # fmt: skip
+        pair = _fori(first, n, iteration, (state, spare(state)))
+        rest = count % (pairs * k)
+        two = lambda p, i: single(single(p, 2 * i), 2 * i + 1)  # noqa: E731
+        pair = _fori(0, rest // 2, two, pair)
+        return (single(pair, count) if odd else pair)[0]
+
+    enter, leave = jax.jit(lambda state: framed(state, halo)), jax.jit(physical)
+
+    def inline(state, count, params, segment):
+        if every is None:
+            return physical(loop(framed(state, halo), count, params, segment, count % 2 == 1))
+
+        def chunk(s, _):
+            s = loop(s, every, params, segment, every % 2 == 1)
+            return s, look(physical(s))
+
+        s, snaps = jax.lax.scan(chunk, framed(state, halo), None, length=count // every)
+        return physical(s), snaps
+
+    if every is None:
+        runs = [jax.jit(lambda state, count, params=None, odd=odd:
+                        loop(state, count, params, None, odd), donate_argnums=0)
+                for odd in (False, True)]  # fmt: skip
+        return Program(enter, _Counted(*runs), leave, inline)
+
+    def snapshots(state, count, params=None):
+        def chunk(s, _):
+            s = loop(s, every, params, None, every % 2 == 1)
+            return s, look(physical(s))
+
+        return jax.lax.scan(chunk, state, None, length=count)
+
+    return Program(enter, jax.jit(snapshots, donate_argnums=0, static_argnums=1), leave, inline)
+
+
+class _Counted:
+    """``advance(state, count)`` for a Python int ``count``: one compiled program for
+    every count, or one per parity (``runs[count % len(runs)]``)."""
+
+    def __init__(self, *runs):
+        self.runs = runs
+
+    def __call__(self, state, count: int, params=None):
+        extra = () if params is None else (params,)
+        return self.runs[int(count) % len(self.runs)](state, jnp.int32(count), *extra)
+
+    def lower(self, state, count: int, params=None):
+        extra = () if params is None else (params,)
+        return self.runs[int(count) % len(self.runs)].lower(state, jnp.int32(count), *extra)
+
+
+def compiled(step: Callable, state: State, steps_per_exchange: int | str = AUTO):
+    """The loop :func:`run` compiles for ``step`` on ``state``, lowered and compiled (not run).
+
+    For XLA's memory analysis (``compiled(...).memory_analysis()``) and HLO.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(2**16, np.float32), pgas.make_mesh(devices=1))
+    >>> def heat(u):
+    ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    ...     return u
+    >>> m = compiled(heat, u, 4).memory_analysis()
+    >>> round((m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**18, 2)  # two buffers
+    2.0
+    """
+    how = make_plan(step, state, steps_per_exchange)
+    prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double)
+    return prog.advance.lower(prog.enter(state), 2).compile()
+
+
+def _convert(form: Callable, state: State) -> State:
+    """``form(state)``, freeing ``state``'s blocks when that is a new copy: the loop owns its
+    state, as when it is donated, so a device never holds a field twice between chunks."""
+    out = form(state)
+    if out is not state:
+        for leaf in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray)):
+            if isinstance(leaf, GlobalArray):
+                leaf.data.delete()
+    return out
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check(steps, snapshot_every, chunk) -> tuple[int | None, int]:
+    if isinstance(steps, jax.core.Tracer):
+        if snapshot_every is not None or chunk is not None:
+            raise PgasError(
+                "steps is a traced value; snapshot_every and chunk need steps as a Python int "
+                "(pass steps as a static argument, e.g. jax.jit(f, static_argnums=...))"
+            )
+        if steps.shape != () or not jnp.issubdtype(steps.dtype, jnp.integer):
+            raise PgasError(f"steps = {steps!r}: give a whole number (an integer scalar)")
+        return None, 0
+    for name, value, least in (("steps", steps, 0), ("snapshot_every", snapshot_every, 1),
+                               ("chunk", chunk, 1)):  # fmt: skip
+        if value is not None:  # any integral value (NumPy's too), never a bool
+            whole_number(name, value, least)
+    steps, snapshot_every, chunk = (None if v is None else int(v) for v in (steps, snapshot_every,
+                                                                              chunk))  # fmt: skip
+    every = snapshot_every
+    if every is not None and steps % every:
+        raise PgasError(
+            f"snapshot_every = {every} does not divide steps = {steps}; pick steps as a "
+            f"multiple of it (e.g. steps = {(steps // every + 1) * every})"
+        )
+    chunk = chunk or steps or 1
+    if every is not None and chunk % every:
+        raise PgasError(f"chunk = {chunk} must be a multiple of snapshot_every = {every}")
+    return every, chunk
+
+
+_PARAM_TYPES = (jax.Array, np.ndarray, np.generic, int, float, bool, complex)
+
+
+def _check_params(params) -> None:
+    """Every leaf of ``params`` is a scalar, a JAX or NumPy array or a :class:`GlobalArray`."""
+    if params is None:
+        return
+    found, _ = jax.tree_util.tree_flatten_with_path(
+        params, is_leaf=lambda x: isinstance(x, GlobalArray)
+    )
+    for path, leaf in found:
+        if not isinstance(leaf, (GlobalArray, *_PARAM_TYPES)):
+            raise PgasError(
+                f"params{jax.tree_util.keystr(path)} is a {type(leaf).__name__} ({leaf!r:.40}); "
+                f"params holds scalars, JAX or NumPy arrays and pgas.GlobalArrays (read-only "
+                f"fields): pass other settings to the step by closure or functools.partial"
+            )
+        if isinstance(leaf, GlobalArray) and leaf.ext is not None:
+            raise PgasError(f"params{jax.tree_util.keystr(path)} is an array inside a loop; "
+                            f"pass a GlobalArray in its physical form")  # fmt: skip
+
+
+class _Same:
+    """An object compared by identity (a cache key part that holds the object alive)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def captured(step: Callable, depth: int = 3) -> tuple:
+    """The arrays (:class:`GlobalArray` data, ``jax.Array``) ``step`` reads from its enclosing
+    scope: its closure cells and the globals its code names, and those of the functions
+    found there (``depth`` levels). A compiled program holds such arrays as constants; the
+    program cache keys on them by identity, so a rebound array gives a new program.
+
+    >>> import numpy as np, pgas
+    >>> c = pgas.from_numpy(np.ones(3), pgas.make_mesh(devices=1))
+    >>> len(captured(lambda u: u * c))
+    1
+    """
+    found: list = []
+    seen: set[int] = set()
+
+    def visit(obj, level: int) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, GlobalArray):
+            found.append(_Same(obj.data))
+        elif isinstance(obj, jax.Array):
+            found.append(_Same(obj))
+        elif isinstance(obj, (list, tuple, dict)) and level > 0:
+            for x in obj.values() if isinstance(obj, dict) else obj:
+                visit(x, level - 1)
+        elif isinstance(obj, functools.partial) and level > 0:
+            for x in (obj.func, *obj.args, *obj.keywords.values()):
+                visit(x, level - 1)
+        elif callable(obj) and level > 0 and hasattr(obj, "__code__"):
+            for cell in obj.__closure__ or ():
+                try:
+                    visit(cell.cell_contents, level - 1)
+                except ValueError:  # an empty cell
+                    pass
+            names = obj.__globals__
+            for name in obj.__code__.co_names:
+                if name in names:
+                    visit(names[name], level - 1)
+
+    visit(step, depth)
+    return tuple(found)
+
+
+def _segment(remat_every, steps, unit: int) -> int | None:
+    """Loop iterations per rematerialised segment (see :func:`_segments`)."""
+    if remat_every is None or not _is_int(steps):
+        return None
+    if remat_every == AUTO:  # one-iteration segments ran 3x slower forward (heat1d, k = 16)
+        return max(2, round(math.isqrt(max(steps, 1)) / unit))
+    return max(1, round(remat_every / unit))
+
+
+def _traced(*trees) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for t in trees for x in jax.tree.leaves(t))
+
+
+def _check_layout(state) -> None:
+    """A field whose data does not have its layout's shape: a vmap over the sharded axis."""
+    for g in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray)):
+        if isinstance(g, GlobalArray) and g.ext is None and \
+                tuple(g.data.shape) != g.layout.physical_shape:  # fmt: skip
+            raise PgasError(
+                f"a field of the state has data of shape {tuple(g.data.shape)} but its layout "
+                f"holds {g.layout.physical_shape}: jax.vmap over a GlobalArray's axes (the "
+                f"sharded axis) is not supported; put the ensemble in the array as an axis of "
+                f"its own (e.g. spec=(None, 'x')) and write the step over it, or vmap over params"
+            )
+
+
+def run(
+    step: Callable[[State], State],
+    state: State,
+    steps: int,
+    *,
+    params: Any = None,
+    snapshot_every: int | None = None,
+    observe: Callable[[State], Any] | None = None,
+    chunk: int | None = None,
+    callback: Callable[[int, State], None] | None = None,
+    steps_per_exchange: int | str = AUTO,
+    plan: Plan | None = None,
+    remat_every: int | str | None = AUTO,
+    donate: bool = False,
+):
+    """Run ``steps`` steps of ``step`` as one compiled program.
+
+    Called with traced arrays (inside ``jax.jit``, ``jax.grad``, ``jax.vjp``,
+    ``jax.jvp``, ``jax.vmap`` over ``params``, ``lax.scan``), ``run`` inlines
+    the same loop into the caller's program: the same deep halos, collectives
+    and bits as the standalone call; nothing is donated. Reverse mode stores
+    the state only at the boundaries of rematerialised segments
+    (``remat_every``) and recomputes each segment once: about
+    ``2 * sqrt(steps)`` states instead of ``steps``.
+
+    Args:
+        step: ``state -> state``, or ``(state, params) -> state`` with ``params``;
+            global-view code on :class:`pgas.GlobalArray`.
+        state: a GlobalArray or any pytree of them (and 0-d scalars); left as
+            it is (see ``donate``).
+        steps: number of steps (>= 0): a Python int, or, inside a trace and for
+            forward use only (no reverse mode, no snapshots), a traced integer.
+        params: what the step reads besides its state, passed as
+            ``step(state, params)``: a pytree of scalars, JAX arrays and
+            read-only GlobalArrays (coefficient fields). They are arguments of
+            the compiled program: a new value of the same shapes and dtypes runs
+            without compiling, and a GlobalArray in it is exchanged once per
+            run, with the halo its reads need. Arrays the step reads from its
+            enclosing scope instead are constants of the program, which is
+            cached by their identity (a rebound array compiles anew).
+        snapshot_every: record ``observe(state)`` after every that many steps;
+            must divide ``steps``.
+        observe: what a snapshot keeps; default the whole state.
+        chunk: run in compiled chunks of this many steps (a multiple of
+            ``snapshot_every``), calling ``callback(steps_done, state)`` after
+            each; default: one chunk. Not inside a trace.
+        callback: called between chunks (progress, checkpoints); never per step.
+            Not inside a trace.
+        steps_per_exchange: ``k``, physical steps per halo exchange (deep halos),
+            or ``"auto"`` (:func:`pgas.plan.plan` chooses). Any ``k`` gives the
+            same bits; it is lowered when the blocks are too small for its halo.
+        plan: run this plan (:func:`pgas.loop.plan.plan` of ``step`` on a state
+            like this one, made by the caller or a backend) instead of making one:
+            what was decided is what runs. Default: ``plan(step, state,
+            steps_per_exchange, double=False if callback else None)``; a run
+            with a callback hands its state over between chunks in the user's
+            form, so it is single-buffered.
+        remat_every: inside a trace, physical steps per rematerialised segment
+            (rounded to whole loop iterations, so segments start on deep-halo
+            group boundaries); ``"auto"``: about ``sqrt(steps)``, at least 2
+            loop iterations; ``None``: no
+            segments (reverse mode then stores every iteration). No effect on
+            the values, nor outside reverse mode.
+        donate: hand ``state``'s buffers to the loop (as ``jax.jit``'s
+            ``donate_argnums``): the run then needs no copy of the state, one
+            field less on every device, but ``state`` is invalid afterwards
+            (use the returned state). Default False: the loop works on a copy
+            and ``state`` stays usable, as JAX does unless asked.
+
+    Returns:
+        The final state; with ``snapshot_every``, ``(state, snapshots)`` where
+        the snapshots' leaves have a leading axis of ``steps // snapshot_every``
+        entries (after steps ``k, 2k, ...``).
+
+    Raises:
+        Exception: whatever a chunk or ``callback`` raised, unchanged, with two
+            attributes added: ``pgas_step``, the steps completed, and
+            ``pgas_state``, the state after them (in ``state``'s form; None
+            if a failed chunk had consumed it), so the caller can save it.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), pgas.make_mesh(devices=1))
+    >>> def heat(u, c):
+    ...     u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+    ...     return u
+    >>> pgas.run(heat, u, steps=2, params=0.25).to_numpy()
+    array([0., 1., 0.])
+    >>> import jax
+    >>> loss = lambda u: pgas.sum(pgas.run(heat, u, 2, params=0.25) ** 2)
+    >>> jax.grad(loss)(pgas.from_numpy(np.array([0.0, 4.0, 0.0]), u.layout.mesh)).to_numpy()
+    array([0.75, 0.5 , 0.75])
+    """
+    _check_params(params)
+    if remat_every is not None and remat_every != AUTO and (
+            not _is_int(remat_every) or remat_every < 1):  # fmt: skip
+        raise PgasError(f"remat_every = {remat_every!r}: give a whole number >= 1, 'auto' or None")
+    asked = chunk
+    every, chunk = _check(steps, snapshot_every, chunk)
+    check_state(state)
+    _check_layout(state)
+    keys = captured(step)
+    if _traced(state, params, steps) or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
+        return _inline(step, state, steps, params, every, observe, asked, callback,
+                       steps_per_exchange, plan, remat_every)  # fmt: skip
+    steps = int(steps)
+    if steps == 0:
+        return state if every is None else (state, None)
+    # with a callback the loop hands its state over between chunks, so it keeps the user's form
+    # (converting every chunk grew the processes' memory with the number of chunks)
+    how = plan or make_plan(step, state, steps_per_exchange,
+                            double=False if callback else None, params=params)  # fmt: skip
+    if callback is not None and how.double:
+        raise PgasError(
+            "plan is double-buffered, but a callback takes the state between chunks in the "
+            "user's form; make the plan with pgas.plan.plan(..., double=False)"
+        )
+    extra = (None, params is not None, keys) if params is not None or keys else ()
+    prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra)
+    state = _convert(prog.enter, state) if donate else kept.entered(prog.enter, state)
+    done, parts = 0, []
+    try:
+        while done < steps:
+            n = min(chunk, steps - done)
+            if every is None:
+                state = prog.advance(state, n, params)
+            else:
+                state, snaps = prog.advance(state, n // every,
+                                            *(() if params is None else (params,)))  # fmt: skip
+                parts.append(snaps)
+            done += n
+            if callback is not None:
+                callback(done, state)
+    except BaseException as err:  # Ctrl-C too: the state so far is worth saving
+        kept.attach(err, prog.leave, state, done, steps)
+        raise
+    state = _convert(prog.leave, state)
+    if every is None:
+        return state
+    if not parts:
+        return state, None
+    snaps = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+    return state, snaps
+
+
+def _inline(step, state, steps, params, every, observe, chunk, callback, steps_per_exchange,
+            plan, remat_every):  # fmt: skip
+    """:func:`run` inside a caller's trace: the loop inlined into the caller's program."""
+    if callback is not None or chunk is not None:
+        raise PgasError(
+            "chunk and callback cannot run inside a trace (jax.jit, grad, vmap, ...): Python "
+            "cannot run between the compiled chunks of one program; use snapshot_every (and "
+            "observe) to keep what the callback would see, or call pgas.run outside the trace"
+        )
+    if _is_int(steps) and steps == 0:
+        return state if every is None else (state, None)
+    static = _is_int(steps)
+    how = plan or make_plan(step, state, steps_per_exchange, double=None if static else False,
+                            params=params)  # fmt: skip
+    if not static and how.double:
+        raise PgasError("plan is double-buffered, but steps is traced (its parity is unknown); "
+                        "make the plan with pgas.plan.plan(..., double=False)")  # fmt: skip
+    k = how.steps_per_exchange
+    unit = k * (2 if k % 2 else 1) if how.double else k
+    prog = program(step, k, how.widths, every, observe, how.double, None, params is not None)
+    return prog.inline(state, steps, params, _segment(remat_every, steps, unit))

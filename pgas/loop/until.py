@@ -1,0 +1,306 @@
+"""Iterate to convergence: ``run_until(step, state, converged, max_steps)`` as one program.
+
+The whole iteration is one compiled ``lax.while_loop``: each iteration runs
+``check_every`` steps of the compiled loop of :func:`pgas.run` (the same deep
+halos, the same bits), then evaluates ``converged(state)``, typically a
+reduction such as ``pgas.max(abs(r)) < tol``: one all-reduce of a scalar per
+check. The loop stops at the first check that holds, or after ``max_steps``
+steps, so ``steps_taken`` is a multiple of ``check_every`` (or ``max_steps``),
+and the state is bitwise equal to ``pgas.run(step, state, steps_taken)``.
+Nothing returns to Python between checks.
+
+``check_every="auto"`` weighs a check against a step: the model takes a check
+to cost about one step (a pass over a field and one synchronisation) and
+checks every 16 steps (rounded to whole deep-halo groups); a step that computes
+a reduction itself (CG) synchronises every step anyway, so it is checked every
+step. The result says which value ran. Measured checks cost more than the
+model's one step (benchmarks/README.md, "Iterative solvers").
+
+Reaching ``max_steps`` without convergence is reported: ``result.converged``
+is ``False`` and a :class:`NonConvergenceWarning` is issued. Reverse mode
+(``jax.grad``) and forward mode through the loop are not supported (the trip
+count depends on the values): ``jax.grad`` raises a
+:class:`~pgas.errors.PgasError` that says so. ``jax.jit`` of a function
+calling :func:`run_until` works (the loop is inlined).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pgas.errors import PgasError
+from pgas.globalview.reduce import traced_reductions
+from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
+from pgas.loop.plan import plan as make_plan
+from pgas.loop.scalars import check_state
+from pgas.loop.timeloop import _check_params, captured, program
+
+__all__ = ["run_until", "Until", "NonConvergenceWarning", "choose_check_every"]
+
+State = Any
+CHECK_COST_STEPS = 16  # steps per check so that a check (about one step) costs ~6% of a run
+
+
+class NonConvergenceWarning(UserWarning):
+    """:func:`run_until` reached ``max_steps`` before ``converged`` held."""
+
+
+class Until(tuple):
+    """What :func:`run_until` returns: ``(state, steps_taken)``, with more by name.
+
+    Unpacks as a pair (``state, steps = pgas.run_until(...)``).
+
+    Attributes:
+        state: the final state.
+        steps_taken: steps run (a Python int; traced inside a trace).
+        converged: whether ``converged`` held at the last check (``False``:
+            ``max_steps`` was reached first).
+        check_every: steps between checks, as chosen.
+        plan: how the step was compiled (:func:`pgas.loop.plan.plan`).
+        note: why ``check_every`` has its value (for ``"auto"``).
+    """
+
+    def __new__(cls, state, steps_taken, converged, check_every: int, plan: Plan, note: str):
+        self = super().__new__(cls, (state, steps_taken))
+        self.converged, self.check_every, self.plan, self.note = converged, check_every, plan, note
+        return self
+
+    @property
+    def state(self) -> State:
+        return self[0]
+
+    @property
+    def steps_taken(self):
+        return self[1]
+
+
+jax.tree_util.register_pytree_node(
+    Until,
+    lambda u: ((u[0], u[1], u.converged), (u.check_every, u.plan, u.note)),
+    lambda aux, children: Until(*children, *aux),
+)  # a pytree: a function under jax.jit may return it
+
+
+def choose_check_every(requested: int | str, k: int, reductions: bool) -> tuple[int, str]:
+    """``check_every`` and why: an int is kept; ``"auto"`` weighs a check against a step.
+
+    >>> every, note = choose_check_every("auto", 4, False)
+    >>> every, note[:38]
+    (16, 'check_every = 16: a check costs about ')
+    >>> choose_check_every("auto", 1, True)[0], choose_check_every(5, 1, False)[0]
+    (1, 5)
+    """
+    if requested != AUTO:
+        return int(requested), ""
+    if reductions:
+        return 1, ("check_every = 1: the step computes a reduction, so it synchronises every "
+                   "step anyway and a check adds one scalar all-reduce")  # fmt: skip
+    every = k * max(1, math.ceil(CHECK_COST_STEPS / k))
+    return every, (f"check_every = {every}: a check costs about a step (a pass over a field "
+                   f"and one scalar all-reduce, the model's estimate), so one check per "
+                   f"{every} steps")  # fmt: skip
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_args(max_steps, check_every, steps_per_exchange) -> None:
+    if not _is_int(max_steps) or max_steps < 1:
+        raise PgasError(f"max_steps = {max_steps!r}: give a whole number >= 1 (the most steps "
+                        f"to run before giving up)")  # fmt: skip
+    if check_every != AUTO and (not _is_int(check_every) or check_every < 1):
+        raise PgasError(f"check_every = {check_every!r}: give a whole number >= 1, or 'auto'")
+    k = check_steps_per_exchange(steps_per_exchange)
+    if _is_int(check_every) and k != AUTO and check_every % k:
+        raise PgasError(
+            f"check_every = {check_every} is not a multiple of steps_per_exchange = {k}: a "
+            f"check would fall inside a deep-halo group; pick check_every = "
+            f"{(check_every // k + 1) * k}, or steps_per_exchange dividing {check_every}"
+        )
+
+
+def _check_converged(converged: Callable, state, params) -> None:
+    """``converged`` returns a scalar boolean (traced once, nothing runs)."""
+    try:
+        out = jax.eval_shape(lambda s, p: _call(converged, s, p), state, params)
+    except PgasError:
+        raise
+    leaves = jax.tree.leaves(out)
+    if len(leaves) != 1 or getattr(leaves[0], "shape", None) != () or \
+            leaves[0].dtype != jnp.bool_:  # fmt: skip
+        got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
+        raise PgasError(
+            f"converged returned {got}; it must return a scalar boolean, e.g. "
+            f"lambda s: pgas.max(abs(s['r'])) < 1e-8 (a comparison of a reduction)"
+        )
+
+
+def _call(converged: Callable, state, params):
+    return converged(state, params) if params is not None else converged(state)
+
+
+@functools.lru_cache(maxsize=64)
+def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, every: int,
+          max_steps: int, takes_params: bool, keys: tuple = ()) -> Callable:  # fmt: skip
+    """The traceable while loop: ``loop(state, params) -> (state, steps, done)``.
+
+    Each iteration runs ``every`` steps (a static count: the double-buffered loop of
+    :func:`pgas.run` needs its parity) and one check; the ``max_steps % every`` steps
+    left, if any, run after the loop unless it converged, then one last check.
+    """
+    prog = program(step, k, widths, None, None, double, None, takes_params, keys)
+
+    def check(s, params):
+        return jnp.asarray(_call(converged, s, params), jnp.bool_)
+
+    def loop(state, params):
+        def cond(c):
+            _, n, done = c
+            return jnp.logical_and(jnp.logical_not(done), n + every <= max_steps)
+
+        def body(c):
+            s, n, _ = c
+            s = prog.inline(s, every, params, None)
+            return s, n + every, check(s, params)
+
+        zero = jnp.zeros((), jnp.int32)
+        out = jax.lax.while_loop(cond, body, (state, zero, jnp.zeros((), jnp.bool_)))
+        rest = max_steps % every
+        if not rest:
+            return out
+
+        def tail(c):
+            s, n, _ = c
+            s = prog.inline(s, rest, params, None)
+            return s, n + rest, check(s, params)
+
+        return jax.lax.cond(out[2], lambda c: c, tail, out)
+
+    return loop
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(loop: Callable) -> Callable:
+    return jax.jit(loop, donate_argnums=0)
+
+
+def _no_reverse(loop: Callable) -> Callable:
+    """``loop`` whose derivative says that reverse mode is not supported."""
+
+    @jax.custom_vjp
+    def guarded(state, params):
+        return loop(state, params)
+
+    def forward(state, params):
+        return loop(state, params), None
+
+    def backward(_, cotangent):
+        raise PgasError(
+            "jax.grad (reverse mode) through pgas.run_until is not supported: its trip count "
+            "depends on the values; differentiate pgas.run for a fixed number of steps "
+            "(e.g. the steps_taken of a run_until outside the gradient)"
+        )
+
+    guarded.defvjp(forward, backward)
+    return guarded
+
+
+def run_until(
+    step: Callable[[State], State],
+    state: State,
+    converged: Callable[..., Any],
+    max_steps: int,
+    *,
+    check_every: int | str = AUTO,
+    params: Any = None,
+    steps_per_exchange: int | str = AUTO,
+) -> Until:
+    """Run ``step`` until ``converged(state)`` holds, as one compiled ``while`` loop.
+
+    Args:
+        step: as for :func:`pgas.run`: ``state -> state``, or
+            ``(state, params) -> state`` with ``params``. It may compute scalars
+            with reductions and return them in the state (conjugate gradients).
+        state: a pytree of :class:`pgas.GlobalArray` fields and scalars (0-d
+            JAX arrays); its buffers are donated.
+        converged: ``state -> bool`` (``(state, params) -> bool`` with
+            ``params``): a scalar boolean, typically a comparison of a
+            reduction (``pgas.max(abs(r)) < tol``), evaluated every
+            ``check_every`` steps (one all-reduce of a scalar per check).
+        max_steps: the most steps to run (>= 1).
+        check_every: steps between checks (>= 1, a multiple of an int
+            ``steps_per_exchange``), or ``"auto"`` (:func:`choose_check_every`).
+        params: as :func:`pgas.run`'s ``params=``; passed to ``converged`` too.
+        steps_per_exchange: ``k`` or ``"auto"``, as for :func:`pgas.run`; with
+            ``"auto"`` ``k`` is lowered to divide ``check_every``.
+
+    Returns:
+        An :class:`Until`: ``(state, steps_taken)``, with ``.converged``,
+        ``.check_every``, ``.plan`` and ``.note``. ``steps_taken`` is a multiple
+        of ``check_every`` or ``max_steps``; the state is bitwise equal to
+        ``pgas.run(step, state, steps_taken)``.
+
+    Raises:
+        PgasError: a bad ``max_steps``, ``check_every``, state leaf or
+            ``converged``; reverse-mode differentiation (not supported).
+
+    Warns:
+        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0]), pgas.make_mesh(devices=1),
+    ...                     boundary=pgas.Keep())
+    >>> def jacobi(u):
+    ...     u[1:-1] = 0.5 * (u[:-2] + u[2:])
+    ...     return u
+    >>> u, steps = pgas.run_until(jacobi, u, lambda u: pgas.max(abs(u)) < 1.0, 100,
+    ...                           check_every=2)
+    >>> steps, u.to_numpy()
+    (4, array([0. , 0.5, 0. , 0. ]))
+    """
+    _check_args(max_steps, check_every, steps_per_exchange)
+    _check_params(params)
+    check_state(state)
+    before = traced_reductions()
+    how = make_plan(step, state, steps_per_exchange, params=params)
+    reductions = "reduction" in how.note or _reduces(step, state, params, before)
+    every, note = choose_check_every(check_every, how.steps_per_exchange, reductions)
+    if every % how.steps_per_exchange:  # "auto" k: lowered to divide check_every
+        k = math.gcd(every, how.steps_per_exchange)
+        how = make_plan(step, state, k, params=params)
+    _check_converged(converged, state, params)
+    keys = captured(step) + captured(converged)
+    loop = _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
+                 int(max_steps), params is not None, keys)  # fmt: skip
+    traced = any(isinstance(x, jax.core.Tracer)
+                 for x in jax.tree.leaves((state, params)))  # fmt: skip
+    if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
+        out, n, done = _no_reverse(loop)(state, params)
+        return Until(out, n, done, every, how, note)
+    out, n, done = _compiled(loop)(state, params)
+    n, done = int(n), bool(done)
+    if not done:
+        warnings.warn(
+            f"run_until reached max_steps = {max_steps} before converged held (checked every "
+            f"{every} steps); raise max_steps, loosen the tolerance, or check the problem",
+            NonConvergenceWarning, stacklevel=2,
+        )  # fmt: skip
+    return Until(out, n, done, every, how, note)
+
+
+def _reduces(step, state, params, before: int) -> bool:
+    """Whether the plan's trace of ``step`` reduced (the plan may come from its cache)."""
+    if traced_reductions() > before:
+        return True
+    start = traced_reductions()
+    jax.eval_shape(lambda s, p: step(s) if p is None else step(s, p), state, params)
+    return traced_reductions() > start

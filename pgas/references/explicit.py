@@ -1,0 +1,337 @@
+"""The explicit path: local kernels on blocks with halo cells, ppermute under shard_map.
+
+This is the ImplicitGlobalGrid / MPI way of writing a stencil, inside one JAX
+program: every device holds its block, :func:`exchange_halo` fills the halo
+cells by ``lax.ppermute`` with the neighbouring devices (two-phase, corners
+included; boundary conditions at the domain edges), and a *local kernel*
+computes the new values of the block from the extended block::
+
+    def heat(e):                        # e: block with 1 halo cell per side
+        return 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
+
+The kernel contract, shared with the MPI backend (:mod:`pgas.mpi`): it takes
+the extended block (``block + 2 * halo`` cells per axis) and returns the new
+values of all the block's cells, using only operators and methods that NumPy
+and ``jax.numpy`` arrays share. The update-region semantics are the automatic
+path's: a cell takes the kernel's value only inside ``region`` (global
+coordinates, NumPy slices) and outside the outer cells of ``Keep`` faces;
+padding cells never show.
+
+Deep halos, as on the automatic path: with ``steps_per_exchange=k`` one
+exchange fills a halo ``k * halo`` wide and the kernel runs ``k`` times on the
+extended block, each time on a block ``halo`` cells narrower per side (the
+kernel works on any size: it returns its input's interior); the block's own
+cells come out bitwise equal to ``k`` single steps.
+
+The halo exchange is :func:`pgas.halo.extend`, the same code the automatic path
+uses, with ``ppermute`` instead of the global-view shift as transport; both
+compile to the same collective-permutes (``D - 1`` pairs per direction on a
+non-periodic axis: nothing crosses the domain edge).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import shard_map
+from jax.sharding import PartitionSpec
+
+from pgas.errors import HaloError, PgasError
+from pgas.globalview.array import GlobalArray
+from pgas.globalview.halo import extend, refill_mirror
+from pgas.globalview.lower import anchor_of, check_dtype
+from pgas.globalview.view import normalize_index
+from pgas.grid.layout import Layout
+from pgas.grid.mesh import platform_of
+from pgas.loop.frames import hold
+from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
+from pgas.loop.report import CommReport, compiled_report, exchanges_of
+
+__all__ = ["exchange_halo", "step", "run", "plan", "choose", "comm_report", "program", "region_key"]
+
+Kernel = Callable[[jax.Array], jax.Array]
+
+
+def _widths(layout: Layout, halo: int | Sequence[int]) -> tuple[int, ...]:
+    widths = (halo,) * layout.ndim if isinstance(halo, (int, np.integer)) else tuple(halo)
+    if len(widths) != layout.ndim or any(int(h) < 0 for h in widths):
+        raise HaloError(f"halo = {halo!r}: give one width >= 0, or one per axis ({layout.ndim})")
+    for axis, h in enumerate(widths):
+        if h:
+            layout.check_halo(axis, int(h))
+    return tuple(int(h) for h in widths)
+
+
+def _block_numbers(layout: Layout) -> list[jax.Array]:
+    """This device's block number per array axis (inside shard_map)."""
+    return [
+        jnp.zeros((), jnp.int32) if name is None else jax.lax.axis_index(name)
+        for name in layout.spec
+    ]
+
+
+def _ppermute(name: str | None, parts: int, periodic: bool):
+    def move(slab, direction):
+        if name is None or parts == 1:
+            return slab
+        perm = [(i, (i + direction) % parts) for i in range(parts)
+                if periodic or 0 <= i + direction < parts]  # fmt: skip
+        return jax.lax.ppermute(slab, name, perm)
+
+    return move
+
+
+def _extended(block: jax.Array, layout: Layout, widths: tuple[int, ...], numbers) -> jax.Array:
+    """The local block in blocks form ``(1, b0 + 2 h0, 1, b1 + 2 h1, ...)`` with its halo."""
+    blocks = block.reshape(tuple(x for n in block.shape for x in (1, n)))
+    for axis, h in enumerate(widths):
+        if h:
+            ax, faces = layout.axes[axis], layout.boundary[axis]
+            move = _ppermute(layout.spec[axis], ax.parts, faces[0].periodic)
+            blocks = extend(blocks, axis, h, ax, faces, numbers[axis], transport=move)
+    return blocks
+
+
+def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -> jax.Array:
+    """The local block with ``halo`` cells added on every side, filled from the neighbours.
+
+    Call inside ``shard_map`` over ``layout.mesh`` with the array's spec.
+    Axis by axis (corners included), each side is one ``lax.ppermute`` of a
+    halo slab (nothing crosses a non-periodic domain edge); ghost cells at
+    the domain edges follow the array's boundary conditions; a short
+    block's right halo sits right after its last real cell.
+
+    Args:
+        block: this device's physical block (``layout.local_shape``).
+        layout: the global array's layout.
+        halo: width per axis (an int for all).
+
+    Returns:
+        The extended block, ``local_shape + 2 * halo`` per axis.
+
+    >>> import numpy as np, pgas
+    >>> from jax import shard_map
+    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> f = shard_map(lambda b: exchange_halo(b, u.layout, 1), mesh=u.mesh,
+    ...               in_specs=u.layout.sharding.spec, out_specs=u.layout.sharding.spec)
+    >>> np.asarray(f(u.data)).tolist()
+    [3.0, 0.0, 1.0, 2.0, 3.0, 0.0]
+    """
+    ext = _extended(block, layout, _widths(layout, halo), _block_numbers(layout))
+    return ext.reshape(ext.shape[1::2])
+
+
+def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Callable:
+    """``k`` kernel steps on one exchange of a halo ``k * widths`` wide (see the module doc)."""
+    window = normalize_index(region if region is not None else (), layout.shape)
+    if not all(window.kept):
+        raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
+
+    def update(block, counter=None):
+        numbers = _block_numbers(layout)
+        anchor = None if counter is None else anchor_of(counter)
+        ext = tuple(k * h for h in widths)
+        blocks = _extended(block, layout, ext, numbers)
+        if hold(layout.mesh, ext):  # built once, read by the kernel alone (as in pgas.run)
+            blocks = jax.lax.optimization_barrier(blocks)
+        for _ in range(k):
+            dom = tuple(e - h for e, h in zip(ext, widths))
+            new = kernel(blocks.reshape(blocks.shape[1::2]))
+            want = tuple(n + 2 * d for n, d in zip(block.shape, dom))
+            if new.shape != want:
+                raise HaloError(
+                    f"kernel returned shape {new.shape} for a block of shape {want} with halo "
+                    f"{widths}; it must return new values for every cell of the block (e[1:-1] "
+                    f"for halo 1)"
+                )
+            check_dtype(np.dtype(new.dtype), np.dtype(block.dtype), False)
+            blocks = _merge(blocks, new, layout, window, widths, ext, dom, numbers, anchor)
+            ext = dom
+        return blocks.reshape(block.shape)
+
+    return update
+
+
+def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers, anchor) -> jax.Array:
+    """The kernel's values inside the update mask, the old ones elsewhere; ghosts re-filled."""
+    for axis, (e, d) in enumerate(zip(ext, dom)):
+        if e != d:
+            blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + layout.axes[axis].block + 2 * d,
+                                          axis=2 * axis + 1)  # fmt: skip
+    new = new.astype(blocks.dtype).reshape(blocks.shape)
+    numbers = [b.reshape(()) for b in numbers]
+    mask = layout.window_mask(window.start, window.extent, widths, block=numbers, ext=dom,
+                              anchor=anchor)  # fmt: skip
+    out = new if mask is None else jnp.where(mask, new, blocks)
+    for axis, d in enumerate(dom):
+        if d:
+            out = refill_mirror(out, axis, d, layout.axes[axis], layout.boundary[axis],
+                                numbers[axis], anchor)  # fmt: skip
+    return out
+
+
+def _sharded(fn: Callable, layout: Layout) -> Callable:
+    spec = PartitionSpec(*layout.spec)
+    return shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec)
+
+
+def choose(u: GlobalArray, halo: int | Sequence[int] = 1,
+           steps_per_exchange: int | str = "auto") -> Choice:  # fmt: skip
+    """The steps per exchange the explicit path uses for ``u`` and ``halo``.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(10), pgas.make_mesh(devices=1))
+    >>> choose(u, 1, 16).steps_per_exchange
+    10
+    """
+    lay = u.layout
+    min_block = [a.min_length for a in lay.axes]
+    return choose_steps_per_exchange(steps_per_exchange, min_block, _widths(lay, halo),
+                                     platform_of(lay.mesh))  # fmt: skip
+
+
+def plan(u: GlobalArray, halo: int | Sequence[int] = 1,
+         steps_per_exchange: int | str = "auto") -> Plan:  # fmt: skip
+    """The plan of an explicit run of ``u``: ``k`` (:func:`choose`), a halo ``k * halo`` wide.
+
+    Single-buffered: each group reads an extended copy of the block.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(10), pgas.make_mesh(devices=1))
+    >>> p = plan(u, 1, 4)
+    >>> p.steps_per_exchange, p.halo, p.double
+    (4, (4,), False)
+    """
+    widths = _widths(u.layout, halo)
+    choice = choose(u, halo, steps_per_exchange)
+    k = choice.steps_per_exchange
+    return Plan(widths, choice, tuple(k * w for w in widths), platform_of(u.layout.mesh))
+
+
+def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=None,
+         steps_per_exchange: int = 1) -> GlobalArray:  # fmt: skip
+    """``steps_per_exchange`` explicit steps on one halo exchange (for reports and tests).
+
+    >>> import numpy as np, pgas
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), mesh, boundary=pgas.Keep())
+    >>> step(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u).to_numpy()
+    array([0., 2., 0.])
+    """
+    k = choose(u, halo, steps_per_exchange).steps_per_exchange
+    update = _local_update(kernel, u.layout, _widths(u.layout, halo), region, k)
+    return GlobalArray(_sharded(update, u.layout)(u.data), u.layout)
+
+
+def comm_report(
+    kernel: Kernel,
+    u: GlobalArray,
+    halo: int | Sequence[int] = 1,
+    region=None,
+    steps_per_exchange: int | str = "auto",
+    loop: bool = False,
+) -> CommReport:
+    """What the compiler sent for the explicit path, per physical step (see pgas.comm_report).
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(8, np.float32), pgas.make_mesh(devices=1))
+    >>> comm_report(lambda e: e[1:-1], u, 1, steps_per_exchange=2).steps_per_exchange
+    2
+    """
+    c = choose(u, halo, steps_per_exchange)
+    k, lay = c.steps_per_exchange, u.layout
+    fn = lambda v: step(kernel, v, halo, region, k)  # noqa: E731
+    args: tuple = (u,)
+    if loop:
+        fn = lambda v, n: jax.lax.fori_loop(0, n, lambda i, x: step(kernel, x, halo, region, k), v)  # noqa: E731  fmt: skip
+        args = (u, jnp.int32(2))
+    exchanges = exchanges_of(lay, tuple(k * h for h in _widths(lay, halo)), u.dtype.itemsize)
+    return compiled_report(fn, args, name=getattr(kernel, "__name__", "kernel"),
+                           mesh=dict(lay.mesh.shape), exchanges=exchanges,
+                           steps_per_exchange=k, note=c.note, loop=loop)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=32)
+def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int,
+            takes_params: bool = False) -> Callable:  # fmt: skip
+    """The compiled program of :func:`run` (cached per kernel, layout, halo, region and ``k``);
+    with ``takes_params`` it is called ``(block, steps, params)`` and runs ``kernel(e, params)``,
+    the params replicated on every device."""
+    region = None if region_key is None else tuple(slice(*r) for r in region_key)
+
+    def loop(block, n, *params):  # one buffer: each group reads its own extended copy
+        kern = (lambda e: kernel(e, params[0])) if params else kernel
+        group = _local_update(kern, layout, widths, region, k)
+        single = _local_update(kern, layout, widths, region, 1)
+        block = jax.lax.fori_loop(0, n // k, lambda i, b: group(b, i), block)
+        return jax.lax.fori_loop(0, n % k, lambda i, b: single(b, i), block)
+
+    spec = PartitionSpec(*layout.spec)
+    specs = (spec, PartitionSpec()) + ((PartitionSpec(),) if takes_params else ())
+    sharded = shard_map(loop, mesh=layout.mesh, in_specs=specs, out_specs=spec)
+    return jax.jit(sharded, donate_argnums=0)
+
+
+def region_key(region) -> tuple | None:
+    """A hashable form of a region of slices (the cache key of :func:`program`).
+
+    >>> region_key((slice(1, -1),))
+    ((1, -1, None),)
+    """
+    if region is None:
+        return None
+    return tuple((s.start, s.stop, s.step) for s in (region if isinstance(region, tuple)
+                                                      else (region,)))  # fmt: skip
+
+
+def run(
+    kernel: Kernel,
+    u: GlobalArray,
+    steps: int,
+    halo: int | Sequence[int] = 1,
+    region=None,
+    steps_per_exchange: int | str = "auto",
+    params=None,
+) -> GlobalArray:
+    """Run ``steps`` explicit steps as one compiled ``shard_map`` + ``fori_loop`` program.
+
+    Args:
+        kernel: local kernel (see the module docstring).
+        u: the field (its buffer is donated; use the result).
+        steps: number of steps.
+        halo: halo width per axis (an int for all).
+        region: window the kernel writes (NumPy slices in global coordinates);
+            default the whole array.
+        steps_per_exchange: ``k``: one exchange of a halo ``k * halo`` wide, then
+            ``k`` kernel steps on the extended block; ``"auto"`` chooses
+            (:func:`choose`). Every ``k`` gives the same bits.
+        params: as :func:`pgas.run`'s: the kernel is called ``kernel(e, params)``;
+            scalars and JAX arrays, replicated on every device and arguments of
+            the compiled program (a new value does not compile).
+
+    >>> import numpy as np, pgas
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), mesh, boundary=pgas.Keep())
+    >>> run(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u, 2).to_numpy()
+    array([0., 1., 0.])
+    """
+    key = region_key(region)
+    k = choose(u, halo, steps_per_exchange).steps_per_exchange
+    if params is None:
+        compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k)
+        return GlobalArray(compiled(u.data, jnp.int32(steps)), u.layout)
+    for leaf in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, GlobalArray)):
+        if isinstance(leaf, GlobalArray) or not isinstance(
+            leaf, (jax.Array, np.ndarray, np.generic, int, float)
+        ):
+            raise PgasError(
+                f"params of pgas.explicit.run hold a {type(leaf).__name__}; they are replicated "
+                f"scalars and JAX arrays (a field the kernel reads across blocks needs its own "
+                f"halo: use pgas.run(step, state, steps, params=...) for read-only fields)"
+            )  # fmt: skip
+    compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k, True)
+    return GlobalArray(compiled(u.data, jnp.int32(steps), params), u.layout)

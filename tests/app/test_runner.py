@@ -1,0 +1,160 @@
+"""The runner: one problem, every JAX backend, one Result; k, decode, snapshots."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from helpers import heat_numpy, load_example
+
+from pgas.app import runner
+from pgas.app.options import RunOptions
+from pgas.app.problem import checksum, demo, load_problem
+from pgas.io import checkpoint
+from pgas.io.output import Output
+from pgas.loop.plan import choose_steps_per_exchange
+
+PROBLEMS = str(Path(__file__).resolve().parents[1] / "problems.py")
+
+
+def heat_problem(n=203):
+    return load_problem(f"{PROBLEMS}:heat", n=n)
+
+
+def heat_reference(n, steps):
+    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
+
+
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_bitwise_with_snapshots_and_counts(backend, tmp_path):
+    out = str(tmp_path / f"{backend}.zarr")
+    opts = RunOptions(backend=backend, steps=12, devices=4, snapshot_every=4, out=out)
+    r = runner.run(heat_problem(), opts, gather=True)
+    np.testing.assert_array_equal(r.field, heat_reference(203, 12))
+    assert r.checksum == checksum(r.field) and r.devices == 4 and r.mesh == {"x": 4}
+    assert r.store == out
+    with xr.open_zarr(out) as ds:  # streamed by the runner, chunks aligned to the 4 blocks
+        assert ds["time"].values.tolist() == [0, 4, 8, 12] and ds["u"].shape == (4, 203)
+        assert ds["u"].encoding["chunks"] == (1, 51) and ds.attrs["backend"] == backend
+        for shot, t in zip(ds["u"].values, ds["time"].values):
+            np.testing.assert_array_equal(shot, heat_reference(203, t))
+    k = r.steps_per_exchange  # 3 of 4 devices send a 4 B cell each way: nothing crosses the ends
+    assert r.messages_per_step == 6 / k and r.bytes_per_step == 24.0
+    assert r.ideal_bytes_per_step == 8 and r.platform == "cpu" and r.seconds > 0
+
+
+@pytest.mark.parametrize("asked, k, lowered", [(1, 1, False), (4, 4, False), ("auto", None, False),
+                                               (64, 50, True)])  # fmt: skip
+def test_steps_per_exchange_choice_is_reported(asked, k, lowered):
+    opts = RunOptions(steps=10, devices=4, steps_per_exchange=asked)
+    r = runner.run(heat_problem(), opts, gather=True)  # blocks of 50 cells, halo 1
+    if k is None:  # auto: what the shared model picks for these blocks
+        k = choose_steps_per_exchange("auto", (50,), (1,)).steps_per_exchange
+    assert r.steps_per_exchange == k and bool(r.steps_per_exchange_note) == lowered
+    if lowered:
+        assert "lowered from 64 to 50" in r.steps_per_exchange_note
+    np.testing.assert_array_equal(r.field, heat_reference(203, 10))
+
+
+def test_decode_applies_before_checksum_and_output(tmp_path):
+    p = dataclasses.replace(demo(8), decode=lambda v: (v * 2).astype(np.int16))
+    out = str(tmp_path / "d.zarr")
+    r = runner.run(p, RunOptions(steps=2, devices=2, snapshot_every=1, out=out), gather=True)
+    expected = (np.arange(8) * 2).astype(np.int16)
+    np.testing.assert_array_equal(r.field, expected)
+    assert r.checksum == checksum(expected)
+    with xr.open_zarr(out) as ds:
+        assert ds["u"].dtype == np.int16 and ds["time"].values.tolist() == [0, 1, 2]
+        np.testing.assert_array_equal(ds["u"].values[-1], expected)
+
+
+def _total(blocks, reduce):
+    return {"total": reduce("sum", sum(float(b.astype(np.float64).sum()) for b in blocks))}
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+def test_restart_continues_the_store_without_duplicates(tmp_path, suffix):
+    """Snapshots every 2 steps, checkpoints every 4; a run to 8 on explicit (2 devices), then a
+    restart to 12 on auto (4 devices) appends: every time once, each snapshot bitwise."""
+    out, ck = str(tmp_path / f"h{suffix}"), str(tmp_path / "ck")
+    output = Output("u", ("x",), {"note": "t"}, diagnostics=_total)
+    opts = RunOptions(backend="explicit", steps=8, devices=2, snapshot_every=2, out=out,
+                      checkpoint=ck, checkpoint_every=4)  # fmt: skip
+    runner.run(heat_problem(), opts, output=output)
+    more = dataclasses.replace(opts, backend="auto", steps=12, devices=4, restart=True)
+    r = runner.run(heat_problem(), more, output=output)
+    assert r.start_step == 8 and checkpoint.latest(ck) == 12
+    with xr.open_dataset(out, engine="zarr" if suffix == ".zarr" else None) as ds:
+        assert ds["time"].values.tolist() == list(range(0, 13, 2))
+        assert ds.attrs["note"] == "t"
+        for shot, total, t in zip(ds["u"].values, ds["total"].values, ds["time"].values):
+            ref = heat_reference(203, t)
+            np.testing.assert_array_equal(shot, ref)
+            assert total == pytest.approx(ref.astype(np.float64).sum(), rel=1e-12)
+
+
+def test_checkpoints_between_chunks_and_restart(tmp_path):
+    ck = str(tmp_path / "ck")
+    opts = RunOptions(backend="explicit", steps=8, devices=2, checkpoint=ck, checkpoint_every=4)
+    runner.run(heat_problem(), opts)
+    assert checkpoint.latest(ck) == 8
+    more = dataclasses.replace(opts, backend="auto", steps=12, restart=True, devices=4)
+    r = runner.run(heat_problem(), more, gather=True)
+    assert r.start_step == 8 and checkpoint.latest(ck) == 12
+    np.testing.assert_array_equal(r.field, heat_reference(203, 12))
+
+
+def test_restart_in_an_empty_directory_starts_fresh(tmp_path):
+    (tmp_path / "ck").mkdir()
+    opts = RunOptions(steps=3, devices=2, checkpoint=str(tmp_path / "ck"), restart=True)
+    assert runner.run(heat_problem(), opts).start_step == 0
+
+
+def test_chunk_length():
+    assert runner.chunk_length(100, None, False) is None
+    assert runner.chunk_length(100, None, True) == 5
+    assert runner.chunk_length(100, 10, False) == 20
+    assert runner.chunk_length(100, 50, True) == 50
+
+
+def test_mesh_and_build():
+    p = load_problem(f"{PROBLEMS}:life")
+    mesh = runner.mesh_for(p, 4)
+    assert dict(mesh.shape) == {"y": 2, "x": 2}
+    u = runner.build(p, mesh)
+    y, x = np.meshgrid(np.arange(37), np.arange(53), indexing="ij")
+    np.testing.assert_array_equal(u.to_numpy(), p.init(y, x))
+
+
+def test_checksum_is_the_same_on_every_mesh_backend_and_k():
+    """The runner's checksum (every device's blocks, no gather) equals NumPy's whole-field one."""
+    want = checksum(heat_reference(203, 6))
+    cases = [
+        ("auto", 1, 1),
+        ("auto", 3, "auto"),
+        ("auto", 4, 2),
+        ("explicit", 6, 1),
+        ("explicit", 3, 2),
+    ]  # blocks of 68/67, 51/50 and 34/33 cells
+    for backend, devices, k in cases:
+        opts = RunOptions(backend=backend, steps=6, devices=devices, steps_per_exchange=k)
+        r = runner.run(heat_problem(), opts)
+        assert r.field is None and r.checksum == want, (backend, devices, k)
+
+
+def test_packed_and_byte_life_have_one_checksum():
+    """Packed words are hashed as the board's cells: the same checksum as the byte example."""
+    from pgas.app.problem import load_problem as load
+
+    life_file = Path(__file__).resolve().parents[2] / "examples" / "life"
+    byte_p = load(f"{life_file / 'life.py'}:problem", size="12x70", density=0.4, seed=5)
+    packed_p = load(f"{life_file / 'packed.py'}:problem", size="12x70", density=0.4, seed=5)
+    life = load_example("life")
+    board = life.board("12x70", "random", density=0.4, seed=5)
+    for _ in range(3):
+        board = life.kernel(np.pad(board, 1, mode="wrap"))
+    want = checksum(board)
+    for p in (packed_p, byte_p):
+        r = runner.run(p, RunOptions(steps=3, devices=4))  # 2x2 blocks, uneven words
+        assert r.checksum == want, p.name

@@ -1,0 +1,147 @@
+"""The examples' Slurm job scripts on a real (local) Slurm: 2 nodes x 2 tasks.
+
+Starts scripts/local-slurm (tests/slurm_cluster.py), submits
+examples/heat1d/heat1d.sbatch and examples/life/life.sbatch from the repository
+root with small sizes (the scripts' environment overrides), checks the JSON line
+in each job's output file and the written .nc against the single-process result
+(NumPy, bitwise), then requeues the finished heat1d job: the rerun finds the
+final checkpoint (--restart) and reports the same field without stepping again.
+Skipped where Slurm cannot be started (not root, no apt), except as root with
+env CI set, where that is a failure.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from pgas.app.problem import checksum
+
+try:
+    from . import slurm_cluster
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    import slurm_cluster
+
+try:
+    from .test_examples_distributed import H, L
+except ImportError:
+    from test_examples_distributed import H, L
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+cluster = pytest.fixture(scope="module")(slurm_cluster.running_cluster)
+
+
+def _requeue_until_rerun(job: str, log: Path, env: dict, tries: int = 3) -> None:
+    """Requeue a finished job and wait until its rerun has reported.
+
+    A requeued job is held back (Reason=BeginTime): it is released while it waits.
+    Requeued the moment it ended, a job can also be refused by the node that still
+    holds the old run ("Job N already killed, do not launch batch job") and fail at
+    once without running; such an attempt is requeued again.
+    """
+    for _ in range(tries):
+        res = subprocess.run(["scontrol", "requeue", job], env=env, capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        deadline = time.monotonic() + 60
+        while len(_results(log)) < 2:
+            text = log.read_text(errors="replace")
+            assert "srun: error" not in re.split(r"restart count", text)[-1], text[-4000:]
+            state = slurm_cluster.job_state(job, env)
+            if state == "FAILED":
+                break
+            assert time.monotonic() < deadline, (state, text[-4000:])
+            if state == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"],
+                               env=env, capture_output=True, timeout=30)  # fmt: skip
+            time.sleep(0.3)
+        else:
+            return
+        time.sleep(1)
+    pytest.fail(f"job {job} failed at once on each of {tries} requeues")
+
+
+def _job_env(cluster: dict, out: Path, **extra: str) -> dict:
+    env = {k: v for k, v in cluster.items() if not k.startswith(("PGAS_", "XLA_FLAGS", "PMI"))}
+    env.update(PGAS_PYTHON=sys.executable, PGAS_OUT_DIR=str(out), JAX_PLATFORMS="cpu", **extra)
+    return env
+
+
+def _results(log: Path) -> list[dict]:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+
+
+@pytest.mark.slow
+def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
+    out = tmp_path / "out"
+    env = _job_env(cluster, out, HEAT1D_N="1001", HEAT1D_STEPS="60",
+                   HEAT1D_CHECKPOINT_EVERY="20", HEAT1D_SNAPSHOT_EVERY="10",
+                   LIFE_SIZE="37x50", LIFE_STEPS="30", LIFE_CHECKPOINT_EVERY="10",
+                   LIFE_SNAPSHOT_EVERY="5")  # fmt: skip
+    t0 = time.monotonic()
+    jobs = {}
+    for name, script, extra in (
+        ("heat1d", "examples/heat1d/heat1d.sbatch", ("--seed", "3")),
+        ("life", "examples/life/life.sbatch", ("--density", "0.4", "--seed", "9")),
+    ):
+        log = tmp_path / f"{name}.out"
+        job = slurm_cluster.submit(ROOT / script, env, cwd=ROOT, args=(f"--output={log}",),
+                                   script_args=extra)  # fmt: skip
+        jobs[name] = (job, log)
+    for name, (job, log) in jobs.items():
+        state = slurm_cluster.wait_job(job, 180, env)
+        text = log.read_text(errors="replace") if log.exists() else "(no output file)"
+        assert state == "COMPLETED", f"{name} job {job} ended {state}:\n{text[-4000:]}"
+    print(f"both jobs done {time.monotonic() - t0:.1f} s after submitting")
+
+    heat0 = H.initial(1001, "random", seed=3).astype(np.float32)
+    for _ in range(60):
+        heat0[1:-1] = 0.5 * heat0[1:-1] + 0.25 * (heat0[:-2] + heat0[2:])
+    board = L.patterns.random_board((37, 50), 0.4, seed=9)
+    for _ in range(30):
+        board = L.patterns.life_step_numpy(board)
+    expected = {"heat1d": checksum(heat0), "life": checksum(board)}
+    for name, (job, log) in jobs.items():
+        (d,) = _results(log)
+        assert d["processes"] == 4 and d["devices"] == 4, d
+        assert d["checksum"] == expected[name], name
+        assert d["start_step"] == 0 and d["checkpoint"] == f"{out}/{name}.ckpt"
+        with xr.open_dataset(out / f"{name}.nc") as ds:
+            assert ds.attrs["processes"] == 4
+            assert checksum(ds[list(ds.data_vars)[0]].values[-1]) == expected[name]
+        assert (out / f"{name}.ckpt" / "LATEST").exists()
+
+    # requeue the finished heat1d job: it starts again with --restart, finds the checkpoint
+    # of the last step and reports the same field; the log is appended to
+    job, log = jobs["heat1d"]
+    _requeue_until_rerun(job, log, env)
+    assert slurm_cluster.wait_job(job, 60, env) == "COMPLETED"
+    first, again = _results(log)
+    assert again["start_step"] == 60 and again["checksum"] == first["checksum"]
+    assert re.search(r"restart count [1-9]", log.read_text())
+
+
+def test_gpu_job_script_is_valid_bash_and_uses_known_options(capsys):
+    """The GPU job script cannot run here (no GPU): check its shell syntax, its Slurm GPU
+    options, and that every option it gives heat1d.py is one heat1d.py takes."""
+    script = ROOT / "examples" / "heat1d" / "heat1d-gpu.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    text = script.read_text()
+    for line in ("#SBATCH --gpus-per-node=", "#SBATCH --gpus-per-task=1", "--platform gpu"):
+        assert line in text, line
+    job = text[text.rindex("examples/heat1d/heat1d.py") :]
+    given = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", job))
+    with pytest.raises(SystemExit):
+        H.main(["--help"])
+    known = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", capsys.readouterr().out))
+    assert {"--platform", "--devices", "--distributed", "--restart"} <= given
+    assert given <= known, given - known

@@ -1,0 +1,67 @@
+"""examples/poisson at a tiny size: iterations against NumPy Jacobi and CG written here."""
+
+import numpy as np
+from helpers import load_example
+
+P = load_example("poisson")
+
+
+def numpy_problem(n):
+    x = np.linspace(0.0, 1.0, n)
+    sx, cx = np.sin(np.pi * x), np.cos(np.pi * x)
+    f = (np.exp(x) * ((2 * np.pi**2 - 1) * sx - 2 * np.pi * cx))[:, None] * sx[None, :]
+    b = f / (n - 1) ** 2
+    b[0, :] = b[-1, :] = b[:, 0] = b[:, -1] = 0
+    return b, (np.exp(x) * sx)[:, None] * sx[None, :]
+
+
+def apply_a(u):
+    return 4 * u[1:-1, 1:-1] - (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+
+
+def jacobi_iterations(b, every, tol=1e-8):
+    u, n, bb = np.zeros_like(b), 0, (b * b).sum()
+    while True:
+        for _ in range(every):
+            new = u.copy()
+            new[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                      + b[1:-1, 1:-1])  # fmt: skip
+            u, n = new, n + 1
+        r = b[1:-1, 1:-1] - apply_a(u)
+        if (r * r).sum() < tol**2 * bb:
+            return n, u
+
+
+def cg_iterations(b, tol=1e-8):
+    x, r = np.zeros_like(b), b.copy()
+    p, rr, n = r.copy(), (r * r).sum(), 0
+    bb = rr
+    while rr >= tol**2 * bb:
+        ap = apply_a(p)
+        alpha = rr / (p[1:-1, 1:-1] * ap).sum()
+        x[1:-1, 1:-1] += alpha * p[1:-1, 1:-1]
+        r[1:-1, 1:-1] -= alpha * ap
+        new = (r * r).sum()
+        p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
+        rr, n = new, n + 1
+    return n, x
+
+
+def test_poisson_tiny_jacobi_and_cg_match_numpy_and_converge_at_second_order(tmp_path):
+    runs = P.main(["--order", "9", "17", "--devices", "3", "--json",
+                   "--plot", str(tmp_path / "p.png")])  # fmt: skip
+    assert (tmp_path / "p.png").stat().st_size > 0
+    errors = {}
+    for r in runs:
+        b, exact = numpy_problem(r["n"])
+        assert r["converged"] and r["devices"] == 3 and r["relative_residual"] < 1e-8
+        if r["method"] == "jacobi":
+            n, u = jacobi_iterations(b, r["check_every"])
+            assert r["iterations"] == n
+        else:
+            n, u = cg_iterations(b)
+            assert abs(r["iterations"] - n) <= 2
+        assert abs(r["error_max"] - np.abs(u - exact).max()) < 1e-9
+        errors.setdefault(r["method"], []).append(r["error_max"])
+    for e9, e17 in errors.values():
+        assert 3.6 < e9 / e17 < 4.4  # second order: h halves, the error falls 4x

@@ -1,0 +1,273 @@
+"""Deep halos: k steps per exchange of a k-times-wider halo, bitwise equal to k = 1.
+
+Every case runs the same global-view step (or local kernel) at k = 1 and at
+several k, on step counts that k does not divide, and compares the bits; most
+also compare with NumPy. The compiled programs are checked for one exchange
+(2 collective-permutes per split axis) per k steps.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import NEIGHBOURS_2D, heat3d_numpy, heat_numpy, life_numpy
+from stencils import heat, heat3d, life, life_torus
+
+import pgas
+from pgas.references import explicit
+
+
+def _run_all_k(step, make, steps, ks=(2, 3, 5), **kw):
+    """Final states at k = 1 and each k (as NumPy pytrees); asserts the bits agree."""
+    ref = pgas.run(step, make(), steps, steps_per_exchange=1, **kw)
+    ref_np = [x.to_numpy() for x in _arrays(ref)]
+    for k in ks:
+        out = pgas.run(step, make(), steps, steps_per_exchange=k, **kw)
+        for a, b in zip(ref_np, (x.to_numpy() for x in _arrays(out)), strict=True):
+            np.testing.assert_array_equal(b, a, err_msg=f"k = {k}")
+    return ref_np
+
+
+def _arrays(state):
+    if isinstance(state, tuple) and len(state) == 2 and not isinstance(state[0], pgas.GlobalArray):
+        state = state[0]
+    leaves = [state] if isinstance(state, pgas.GlobalArray) else list(state.values()) if (
+        isinstance(state, dict)) else list(state)  # fmt: skip
+    return leaves
+
+
+@pytest.mark.parametrize("n, devices", [(1003, 3), (64, 4), (37, 8)])
+def test_heat_keep_uneven_sizes(n, devices):
+    x0 = np.random.default_rng(n).random(n).astype(np.float32)
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    make = lambda: pgas.from_numpy(x0, mesh, boundary=pgas.Keep())  # noqa: E731
+    (out,) = _run_all_k(heat, make, 17, ks=(2, 3, 4))
+    np.testing.assert_array_equal(out, heat_numpy(x0, 17))
+
+
+@pytest.mark.parametrize("bc", [pgas.Dirichlet(0.25), pgas.Neumann(), pgas.Periodic()])
+def test_halo_two_with_each_boundary(bc):
+    x0 = np.random.default_rng(1).random(203)
+    mesh = pgas.make_mesh(("x",), devices=4)
+
+    def step(u):  # fourth-order neighbours through shift: reads 2 cells across the edge
+        s1 = pgas.shift(u, 1) + pgas.shift(u, -1)
+        s2 = pgas.shift(u, 2) + pgas.shift(u, -2)
+        u[...] = 0.5 * u + 0.125 * s1 + 0.125 * s2
+        return u
+
+    make = lambda: pgas.from_numpy(x0, mesh, boundary=bc, halo=2)  # noqa: E731
+    (out,) = _run_all_k(step, make, 13, ks=(2, 3, 6))
+    ref = x0.copy()
+    mode = {pgas.Periodic: "wrap", pgas.Neumann: "symmetric", pgas.Dirichlet: "constant"}[type(bc)]
+    for _ in range(13):
+        kw = {"constant_values": 0.25} if mode == "constant" else {}
+        e = np.pad(ref, 2, mode=mode, **kw)
+        ref = 0.5 * ref + 0.125 * (e[1:-3] + e[3:-1]) + 0.125 * (e[:-4] + e[4:])
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_where_apply_and_a_reduction_inside_the_step():
+    x0 = np.random.default_rng(2).random(150)
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def step(u):
+        avg = 0.5 * (pgas.shift(u, 1) + pgas.shift(u, -1))
+        u[...] = pgas.where(u > 0.6, pgas.apply(jnp.sqrt, u), avg) - 0.01 * pgas.mean(u)
+        return u
+
+    make = lambda: pgas.from_numpy(x0, mesh, boundary=pgas.Neumann())  # noqa: E731
+    _run_all_k(step, make, 11, ks=(2, 4))
+
+
+def test_wave_equation_two_time_levels():
+    i = np.arange(120)
+    u0, v0 = np.sin(2 * np.pi * i / 120), np.sin(2 * np.pi * (i - 1) / 120)
+    mesh = pgas.make_mesh(("x",), devices=4)
+
+    def step(s):  # leapfrog: new = 2u - old + c^2 (u[i-1] - 2u + u[i+1]), c^2 = 1/4
+        u, old = s["u"], s["old"]
+        new = 2.0 * u - old + 0.25 * (pgas.shift(u, 1) - 2.0 * u + pgas.shift(u, -1))
+        return {"u": new.to_array(), "old": u}
+
+    def make():
+        return {"u": pgas.from_numpy(u0, mesh), "old": pgas.from_numpy(v0, mesh)}
+
+    out = _run_all_k(step, make, 19, ks=(2, 5))
+    u, old = u0.copy(), v0.copy()
+    for _ in range(19):
+        u, old = 2.0 * u - old + 0.25 * (np.roll(u, 1) - 2.0 * u + np.roll(u, -1)), u
+    np.testing.assert_array_equal(out[0], old)  # dict leaves in key order: old, u
+    np.testing.assert_array_equal(out[1], u)
+
+
+@pytest.mark.parametrize("mesh_shape", [(2, 3), (1, 4), (4, 2)])
+def test_life_diagonals_torus_and_fixed_edges(mesh_shape):
+    b0 = (np.random.default_rng(3).random((37, 53)) < 0.35).astype(np.uint8)
+    mesh = pgas.make_mesh(("y", "x"), shape=mesh_shape, devices=int(np.prod(mesh_shape)))
+    make = lambda: pgas.from_numpy(b0, mesh)  # noqa: E731
+    (out,) = _run_all_k(life_torus, make, 9, ks=(2, 4))
+    np.testing.assert_array_equal(out, life_numpy(b0, 9))
+    _run_all_k(life, make, 7, ks=(3,))  # slices: the edges stay fixed
+
+
+def test_heat3d_mixed_boundaries():
+    x0 = np.random.default_rng(4).random((11, 13, 9))
+    mesh = pgas.make_mesh(("z", "y", "x"), shape=(2, 2, 2))
+    bcs = [pgas.Keep(), (pgas.Dirichlet(0.5), pgas.Neumann()), pgas.Periodic()]
+    make = lambda: pgas.from_numpy(x0, mesh, boundary=bcs)  # noqa: E731
+    _run_all_k(heat3d, make, 5, ks=(2, 3))
+    (out,) = _run_all_k(heat3d, lambda: pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), 5, ks=(2,))
+    np.testing.assert_array_equal(out, heat3d_numpy(x0, 5))
+
+
+def test_snapshots_chunks_and_callbacks_at_any_step():
+    x0 = np.random.default_rng(5).random(301).astype(np.float32)
+    mesh = pgas.make_mesh(("x",), devices=4)
+    seen = []
+    u, snaps = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), 30,
+                        snapshot_every=6, chunk=18, steps_per_exchange=4,
+                        callback=lambda done, s: seen.append((done, s.to_numpy())))  # fmt: skip
+    fields = snaps.to_numpy()
+    for i in range(5):
+        np.testing.assert_array_equal(fields[i], heat_numpy(x0, 6 * (i + 1)))
+    assert [d for d, _ in seen] == [18, 30]
+    np.testing.assert_array_equal(seen[0][1], heat_numpy(x0, 18))
+    np.testing.assert_array_equal(u.to_numpy(), heat_numpy(x0, 30))
+
+
+def test_k_lowered_when_blocks_are_too_small():
+    u = pgas.from_numpy(np.zeros(40, np.float32), pgas.make_mesh(("x",), devices=8))  # 5 a block
+    how = pgas.plan.plan(heat, u, 16)
+    assert how.steps_per_exchange == 5 and "lowered from 16 to 5" in how.note
+    report = pgas.comm_report(heat, u, steps_per_exchange=16)
+    assert report.steps_per_exchange == 5 and "lowered" in str(report)
+    assert pgas.plan.plan(heat, u, "auto").steps_per_exchange <= 5
+    with pytest.raises(pgas.PgasError, match="steps_per_exchange = 0"):
+        pgas.run(heat, u, 3, steps_per_exchange=0)
+
+
+@pytest.mark.parametrize("bc, pairs", [(pgas.Keep(), 3), (pgas.Periodic(), 4)])
+def test_one_exchange_per_k_steps_in_the_compiled_loop(bc, pairs):
+    u = pgas.from_numpy(np.zeros(4096, np.float32), pgas.make_mesh(("x",), devices=4), boundary=bc)
+    for k in (1, 4):
+        report = pgas.comm_report(heat, u, loop=True, steps_per_exchange=k)
+        permutes = [c for c in report.per_step if c.kind == "collective-permute"]
+        assert len(permutes) == 2 and report.gathers == 0
+        assert all(c.messages == pairs and c.bytes == 4 * k for c in permutes)  # D-1 on an edge
+        assert report.count("collective-permute") == 2 / k and report.ratio == 1.0
+
+
+@pytest.mark.parametrize("bc", [pgas.Keep(), pgas.Neumann(), pgas.Dirichlet(-1.0)])
+def test_explicit_path_deep_halos(bc):
+    x0 = np.random.default_rng(6).random(1001)
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def kernel(e):
+        return 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
+
+    region = (slice(1, -1),)
+    ref = explicit.run(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 23, 1, region, 1)
+    for k in (2, 4, 7):
+        out = explicit.run(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 23, 1, region, k)
+        np.testing.assert_array_equal(out.to_numpy(), ref.to_numpy())
+    auto = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=bc), 23, steps_per_exchange=4)
+    np.testing.assert_array_equal(auto.to_numpy(), ref.to_numpy())
+    report = explicit.comm_report(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 1, region,
+                                  steps_per_exchange=4)  # fmt: skip
+    assert (
+        report.per_exchange("collective-permute") == 2 and report.count("collective-permute") == 0.5
+    )
+
+
+def test_explicit_life_deep_halos_uneven():
+    b0 = (np.random.default_rng(7).random((29, 31)) < 0.4).astype(np.uint8)
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 3), devices=6)
+
+    def kernel(e):
+        n = sum(e[1 + dy : e.shape[0] - 1 + dy, 1 + dx : e.shape[1] - 1 + dx]
+                for dy, dx in NEIGHBOURS_2D)  # fmt: skip
+        c = e[1:-1, 1:-1]
+        return ((n == 3) | ((c == 1) & (n == 2))).astype(e.dtype)
+
+    for k in (1, 3):
+        out = explicit.run(kernel, pgas.from_numpy(b0, mesh), 10, 1, None, k)
+        np.testing.assert_array_equal(out.to_numpy(), life_numpy(b0, 10))
+
+
+def _mixed_case(devices=4, n=64):
+    """A periodic field u and a Neumann coefficient c read across the same axis."""
+    i = np.arange(n)
+    u0, c0 = np.sin(i / 5.0), np.cos(i / 3.0)
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    c = pgas.from_numpy(c0, mesh, boundary=pgas.Neumann())
+    make = lambda: pgas.from_numpy(u0, mesh, boundary=pgas.Periodic())  # noqa: E731
+    return u0, c0, c, make
+
+
+def _mixed_numpy(u, c0, steps, two=False):
+    e = np.pad(c0, 1, mode="symmetric")  # Neumann: the ghost mirrors the edge cell
+    for _ in range(steps):
+        if two:
+            u = 0.5 * u + 0.125 * (e[:-2] + e[2:]) + 0.25 * np.roll(u, 1)
+            u = 0.5 * u + 0.25 * np.roll(u, -1)
+        else:
+            u = 0.5 * u + 0.125 * (e[:-2] + e[2:]) + 0.125 * (np.roll(u, 1) + np.roll(u, -1))
+    return u
+
+
+def test_periodic_field_reading_a_neumann_constant_lowers_k_and_says_why():
+    """Its halo cells across the wrap would read the constant's mirror ghosts: k drops to 1."""
+    u0, c0, c, make = _mixed_case()
+
+    def step(u):
+        u[...] = (0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1))
+                  + 0.125 * (pgas.shift(u, 1) + pgas.shift(u, -1)))  # fmt: skip
+        return u
+
+    how = pgas.plan.plan(step, make(), 4)
+    assert how.steps_per_exchange == 1 and how.widths == (1,)
+    assert "lowered from 4 to 1: a periodic array reads a non-periodic one" in how.note
+    assert "lowered from" in pgas.plan.plan(step, make()).note  # auto says it too
+    (out,) = _run_all_k(step, make, 13, ks=(3, "auto"))
+    np.testing.assert_array_equal(out, _mixed_numpy(u0, c0, 13))
+
+
+def test_two_dependent_assignments_of_mixed_topology_run_without_frames():
+    u0, c0, c, make = _mixed_case()
+
+    def step(u):
+        u[...] = 0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1)) + 0.25 * pgas.shift(u, 1)
+        u[...] = 0.5 * u + 0.25 * pgas.shift(u, -1)
+        return u
+
+    how = pgas.plan.plan(step, make(), "auto")
+    assert how.widths is None and how.steps_per_exchange == 1
+    assert how.note.startswith("k = 1, no deep halos: a periodic array")
+    (out,) = _run_all_k(step, make, 9, ks=(4,))
+    np.testing.assert_array_equal(out, _mixed_numpy(u0, c0, 9, two=True))
+    rep = pgas.comm_report(step, make())  # each assignment exchanges its own halo
+    assert rep.steps_per_exchange == 1 and rep.count("collective-permute") > 0
+    assert rep.count("all-gather") == 0
+
+
+def test_a_constant_read_across_the_axis_keeps_deep_halos():
+    """A constant is extended as far as the state: frames narrow enough to hold it."""
+    i = np.arange(64)
+    u0, c0 = np.sin(i / 5.0), np.cos(i / 3.0)
+    mesh = pgas.make_mesh(("x",), devices=4)
+    c = pgas.from_numpy(c0, mesh, boundary=pgas.Periodic())
+    make = lambda: pgas.from_numpy(u0, mesh, boundary=pgas.Periodic())  # noqa: E731
+
+    def step(u):
+        u[...] = (0.5 * u + 0.125 * (pgas.shift(c, 1) + pgas.shift(c, -1))
+                  + 0.125 * (pgas.shift(u, 1) + pgas.shift(u, -1)))  # fmt: skip
+        return u
+
+    how = pgas.plan.plan(step, make())
+    assert how.widths == (1,) and 1 < how.steps_per_exchange <= 16 // 2  # blocks of 16 cells
+    (out,) = _run_all_k(step, make, 11, ks=(2, 5, "auto"))
+    ref = u0.copy()
+    for _ in range(11):
+        ref = (0.5 * ref + 0.125 * (np.roll(c0, 1) + np.roll(c0, -1))
+               + 0.125 * (np.roll(ref, 1) + np.roll(ref, -1)))  # fmt: skip
+    np.testing.assert_array_equal(out, ref)

@@ -1,0 +1,89 @@
+"""pgas.report.parse_collectives on canned HLO text: kinds, bytes, pairs, loop body vs outside."""
+
+from __future__ import annotations
+
+from pgas.loop.report import parse_collectives
+
+# The shape of what XLA CPU prints for a compiled pgas.run loop on 4 devices: two halo
+# permutes in the while body (one synchronous, one async start/done pair), an all-gather
+# and an all-reduce outside it, and a reduction computation that is not a collective.
+HLO = """\
+HloModule jit_fn, entry_computation_layout={(f32[1000]{0})->f32[1000]{0}}
+
+%fused_computation (param_0: f32[1,250], param_1: f32[1,1]) -> f32[1,250] {
+  %param_0 = f32[1,250]{1,0} parameter(0)
+  ROOT %add = f32[1,250]{1,0} add(f32[1,250]{1,0} %param_0, f32[1,250]{1,0} %param_0)
+}
+
+%body.7 (p.1: (s32[], f32[1,250])) -> (s32[], f32[1,250]) {
+  %p.1 = (s32[], f32[1,250]{1,0}) parameter(0)
+  %gte.1 = f32[1,250]{1,0} get-tuple-element((s32[], f32[1,250]{1,0}) %p.1), index=1
+  %slice.1 = f32[1,1]{1,0} slice(f32[1,250]{1,0} %gte.1), slice={[0:1], [249:250]}
+  %collective-permute.1 = f32[1,1]{1,0} collective-permute(f32[1,1]{1,0} %slice.1), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}
+  %collective-permute-start.2 = (f32[1,1]{1,0}, f32[1,1]{1,0}) collective-permute-start(f32[1,1]{1,0} %slice.1), channel_id=2, source_target_pairs={{1,0},{2,1},{3,2}}
+  %collective-permute-done.2 = f32[1,1]{1,0} collective-permute-done((f32[1,1]{1,0}, f32[1,1]{1,0}) %collective-permute-start.2)
+  %fusion.1 = f32[1,250]{1,0} fusion(f32[1,250]{1,0} %gte.1, f32[1,1]{1,0} %collective-permute.1), kind=kLoop, calls=%fused_computation
+  ROOT %tuple.1 = (s32[], f32[1,250]{1,0}) tuple(s32[] %i, f32[1,250]{1,0} %fusion.1)
+}
+
+%cond.7 (p.2: (s32[], f32[1,250])) -> pred[] {
+  %p.2 = (s32[], f32[1,250]{1,0}) parameter(0)
+  ROOT %lt = pred[] compare(s32[] %a, s32[] %b), direction=LT
+}
+
+%sum.3 (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add.9 = f32[] add(f32[] %x, f32[] %y)
+}
+
+ENTRY %main.9 (Arg_0.1: f32[1000]) -> f32[1000] {
+  %Arg_0.1 = f32[1000]{0} parameter(0)
+  %all-gather.4 = f32[1000]{0} all-gather(f32[250]{0} %Arg_0.1), channel_id=3, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true
+  %while.1 = (s32[], f32[1,250]{1,0}) while((s32[], f32[1,250]{1,0}) %tuple.0), condition=%cond.7, body=%body.7
+  %all-reduce.5 = f64[2]{0} all-reduce(f64[2]{0} %r), channel_id=4, replica_groups={{0,1,2,3}}, to_apply=%sum.3
+  ROOT %copy = f32[1000]{0} copy(f32[1000]{0} %all-gather.4)
+}
+"""  # noqa: E501 - HLO lines as XLA prints them
+
+
+def test_kinds_bytes_and_pairs():
+    found = parse_collectives(HLO)
+    assert [c.kind for c in found] == [
+        "collective-permute",
+        "collective-permute",
+        "all-gather",
+        "all-reduce",
+    ]
+    up, down, gather, reduce = found
+    assert (up.shape, up.bytes) == ("f32[1,1]", 4)
+    assert up.pairs == "{{0,1},{1,2},{2,3}}" and up.messages == 3
+    assert (down.shape, down.bytes, down.messages) == ("f32[1,1]", 4, 3)  # the -start form
+    assert gather.bytes == 1000  # operand: 4000 B of result over a group of 4
+    assert (reduce.shape, reduce.bytes) == ("f64[2]", 16)
+    assert all(c.per_step for c in found)  # loop=False: everything counts
+
+
+def test_loop_body_vs_outside():
+    found = parse_collectives(HLO, loop=True)
+    per_step = {(c.kind, c.per_step) for c in found}
+    assert per_step == {
+        ("collective-permute", True),
+        ("all-gather", False),
+        ("all-reduce", False),
+    }
+    assert sum(c.per_step for c in found) == 2
+
+
+def test_self_pairs_are_not_messages():
+    hlo = (
+        "ENTRY %m () -> u8[2,3] {\n"
+        "  %c = u8[2,3]{1,0} collective-permute(%x), source_target_pairs={{0,0},{1,1},{0,1}}\n"
+        "}\n"
+    )
+    (c,) = parse_collectives(hlo)
+    assert (c.bytes, c.messages) == (6, 1)
+
+
+def test_no_collectives():
+    assert parse_collectives("ENTRY %m () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}\n") == []

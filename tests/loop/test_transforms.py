@@ -1,0 +1,348 @@
+"""pgas.run inside JAX: jit, grad, jvp and vmap; params; reductions of expressions.
+
+Gradients are checked against adjoints written here by hand (the transposed
+stencil) for linear stencils, and against central differences in float64 for
+nonlinear ones; the gradient program's collectives are read from its HLO.
+"""
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import heat_numpy
+from stencils import heat
+
+import pgas
+from pgas.errors import PgasError
+
+COLLECTIVE = re.compile(r"= (\S+) (collective-permute|all-gather|all-reduce|all-to-all)\(")
+
+
+def collectives(hlo: str) -> set[tuple[str, str]]:
+    """(kind, operand shape) of every collective in compiled HLO text."""
+    return {(kind, shape) for shape, kind in COLLECTIVE.findall(hlo)}
+
+
+def shifted_heat(u, c=0.125):
+    """A whole-array 5-point (2-D) or 3-point (1-D) stencil that reads across every face."""
+    s = sum(pgas.shift(u, o, a) for a in range(u.ndim) for o in (1, -1))
+    u[...] = (1 - 2 * u.ndim * c) * u + c * s
+    return u
+
+
+def shift_adjoint(g: np.ndarray, offset: int, axis: int, bc) -> np.ndarray:
+    """The transpose of ``pgas.shift(., offset, axis)`` (offset +-1) under boundary ``bc``."""
+    g = np.moveaxis(g, axis, 0)
+    out = np.zeros_like(g)
+    if offset == 1:  # reads u[i - 1]; cell 0 reads the low ghost
+        out[:-1] = g[1:]
+        edge, ghost_of = g[0], -1 if isinstance(bc, pgas.Periodic) else 0
+    else:
+        out[1:] = g[:-1]
+        edge, ghost_of = g[-1], 0 if isinstance(bc, pgas.Periodic) else -1
+    if not isinstance(bc, pgas.Dirichlet):  # Dirichlet ghosts are constants
+        out[ghost_of] += edge
+    return np.moveaxis(out, 0, axis)
+
+
+def shifted_heat_adjoint(g: np.ndarray, bc, steps: int, c=0.125) -> np.ndarray:
+    for _ in range(steps):
+        s = sum(shift_adjoint(g, o, a, bc) for a in range(g.ndim) for o in (1, -1))
+        g = (1 - 2 * g.ndim * c) * g + c * s
+    return g
+
+
+def heat_adjoint(g: np.ndarray, steps: int) -> np.ndarray:
+    """The transpose of the seed heat step (``Keep`` ends)."""
+    for _ in range(steps):
+        out = g.copy()
+        out[1:-1] = 0.5 * g[1:-1]
+        out[:-2] += 0.25 * g[1:-1]
+        out[2:] += 0.25 * g[1:-1]
+        g = out
+    return g
+
+
+# ---- 1. jit ------------------------------------------------------------------------------
+def test_jit_of_run_is_the_standalone_run_bitwise_with_the_same_collectives():
+    x0 = np.random.default_rng(0).random(101)
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def make():
+        return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+
+    for k in (1, "auto"):  # auto: k = 16, the double-buffered loop
+        want = pgas.run(heat, make(), 37, steps_per_exchange=k).to_numpy()
+        f = jax.jit(lambda u, k=k: pgas.run(heat, u, 37, steps_per_exchange=k))
+        np.testing.assert_array_equal(f(make()).to_numpy(), want)
+        np.testing.assert_array_equal(want, heat_numpy(x0, 37))
+        mine = collectives(f.lower(make()).compile().as_text())
+        alone = collectives(pgas.loop.compiled(heat, make(), k).as_text())
+        assert mine == alone and {kind for kind, _ in mine} == {"collective-permute"}
+    state, snaps = pgas.run(heat, make(), 36, snapshot_every=12)
+    s2, n2 = jax.jit(lambda u: pgas.run(heat, u, 36, snapshot_every=12))(make())
+    np.testing.assert_array_equal(n2.to_numpy(), snaps.to_numpy())
+    np.testing.assert_array_equal(s2.to_numpy(), state.to_numpy())
+    _, totals = jax.jit(lambda u: pgas.run(heat, u, 36, snapshot_every=12, observe=pgas.sum))(
+        make()
+    )
+    np.testing.assert_allclose(totals, [heat_numpy(x0, t).sum() for t in (12, 24, 36)])
+    # a traced step count (forward only) and lax.scan around run
+    g = jax.jit(lambda u, n: pgas.run(heat, u, n))
+    np.testing.assert_array_equal(g(make(), 37).to_numpy(), heat_numpy(x0, 37))
+    np.testing.assert_array_equal(g(make(), 5).to_numpy(), heat_numpy(x0, 5))
+    out, _ = jax.lax.scan(lambda u, _: (pgas.run(heat, u, 4), None), make(), None, length=3)
+    np.testing.assert_array_equal(out.to_numpy(), heat_numpy(x0, 12))
+
+
+# ---- 2. reverse mode ---------------------------------------------------------------------
+CASES = [  # shape, mesh shape, boundary
+    ((17,), (1,), pgas.Periodic()),
+    ((17,), (3,), pgas.Dirichlet(1.0)),  # blocks 6, 6, 5: auto is k = 5, in pairs of groups
+    ((17,), (3,), pgas.Neumann()),
+    ((13, 12), (2, 2), pgas.Periodic()),  # blocks 7 or 6 by 6: k = 6
+    ((13, 12), (2, 2), pgas.Neumann()),
+]
+
+
+@pytest.mark.parametrize("shape,parts,bc", CASES, ids=str)
+def test_gradient_is_the_transposed_stencil(shape, parts, bc):
+    names = ("y", "x")[-len(shape) :]
+    mesh = pgas.make_mesh(names, shape=parts, devices=math.prod(parts))
+    rng = np.random.default_rng(1)
+    x0, w = rng.random(shape), rng.random(shape)
+    weight = pgas.from_numpy(w, mesh, boundary=bc)
+    want = shifted_heat_adjoint(w, bc, 13)
+    for k, remat in ((1, 2), ("auto", "auto")):  # k = 1 in segments of 2 steps; deep halos
+
+        def loss(u, k=k, remat=remat):
+            out = pgas.run(shifted_heat, u, 13, steps_per_exchange=k, remat_every=remat)
+            return pgas.sum(weight * out)
+
+        u = pgas.from_numpy(x0, mesh, boundary=bc)
+        grad = jax.jit(jax.grad(loss)).lower(u).compile()
+        np.testing.assert_allclose(grad(u).to_numpy(), want, rtol=1e-12, atol=1e-14)
+        hlo = grad.as_text()
+        kinds = collectives(hlo)
+        assert not any(kind in ("all-gather", "all-to-all") for kind, _ in kinds), kinds
+        assert all(shape.split("[")[1] == "]" for kind, shape in kinds if kind == "all-reduce")
+        if math.prod(parts) > 1:
+            assert any(kind == "collective-permute" for kind, _ in kinds)
+
+
+def test_gradient_of_the_seed_heat_step_with_keep_ends_and_deep_halos():
+    x0 = np.random.default_rng(2).random(203)
+    mesh = pgas.make_mesh(("x",), devices=4)
+    loss = lambda u: pgas.sum(pgas.run(heat, u, 40) ** 2)  # noqa: E731
+    g = jax.grad(loss)(pgas.from_numpy(x0, mesh, boundary=pgas.Keep())).to_numpy()
+    np.testing.assert_allclose(g, heat_adjoint(2 * heat_numpy(x0, 40), 40), rtol=1e-12)
+
+
+def _nonlinear(u, p):
+    u[1:-1] = u[1:-1] + p["c"] * (u[:-2] + u[2:] - 2 * u[1:-1]) - 0.1 * u[1:-1] ** 3
+    return u
+
+
+def test_gradient_of_a_nonlinear_step_against_central_differences():
+    """With respect to the state and to params (a scalar), 1-D on 3 devices, Neumann faces."""
+    rng = np.random.default_rng(3)
+    x0, d = rng.random(13), rng.standard_normal(13)  # blocks 5, 4, 4: auto is k = 4
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def field(x):
+        return pgas.from_numpy(x, mesh, boundary=pgas.Neumann())
+
+    for k in (1, "auto"):
+
+        @jax.jit
+        def loss(u, c, k=k):
+            out = pgas.run(_nonlinear, u, 17, params={"c": c}, steps_per_exchange=k)
+            return pgas.sum(out * out)
+
+        gu, gc = jax.jit(jax.grad(loss, argnums=(0, 1)))(field(x0), 0.2)
+        eps = 1e-6
+        fd = (loss(field(x0 + eps * d), 0.2) - loss(field(x0 - eps * d), 0.2)) / (2 * eps)
+        np.testing.assert_allclose(np.sum(gu.to_numpy() * d), fd, rtol=1e-7)
+        fd_c = (loss(field(x0), 0.2 + eps) - loss(field(x0), 0.2 - eps)) / (2 * eps)
+        np.testing.assert_allclose(gc, fd_c, rtol=1e-7)
+
+
+def _variable(u, kappa):
+    n = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+    u[1:-1, 1:-1] = u[1:-1, 1:-1] + kappa[1:-1, 1:-1] * n - 0.05 * u[1:-1, 1:-1] ** 2
+    return u
+
+
+def test_gradient_with_respect_to_a_coefficient_field():
+    rng = np.random.default_rng(4)
+    x0, k0, d = rng.random((14, 13)), 0.05 + 0.1 * rng.random((14, 13)), rng.random((14, 13))
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+
+    @jax.jit
+    def loss(kappa):  # inside jit, run inlines its loop and donates nothing
+        return pgas.sum(pgas.run(_variable, u, 9, params=kappa) ** 2)
+
+    g = jax.jit(jax.grad(loss))(pgas.from_numpy(k0, mesh)).to_numpy()
+    eps = 1e-6
+    fd = loss(pgas.from_numpy(k0 + eps * d, mesh)) - loss(pgas.from_numpy(k0 - eps * d, mesh))
+    np.testing.assert_allclose(np.sum(g * d), fd / (2 * eps), rtol=1e-7)
+
+
+def test_gradient_memory_grows_as_the_square_root_of_steps():
+    """XLA's memory analysis of the gradient program: at most 2.5 sqrt(steps) + 10 blocks."""
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(np.zeros(2**12, np.float32), mesh, boundary=pgas.Keep())
+    block = 2**11 * 4
+    for steps in (100, 1000):
+        loss = lambda u, n=steps: pgas.sum(pgas.run(heat, u, n))  # noqa: E731
+        m = jax.jit(jax.grad(loss)).lower(u).compile().memory_analysis()
+        peak = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+        assert (peak - m.alias_size_in_bytes) / block <= 2.5 * math.sqrt(steps) + 10
+
+
+# ---- 3. forward mode and vmap ------------------------------------------------------------
+def test_jvp_and_vmap_over_params():
+    x0 = np.random.default_rng(5).random(50)
+    mesh = pgas.make_mesh(("x",), devices=2)
+
+    def make():
+        return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+
+    _, tangent = jax.jvp(lambda u: pgas.run(heat, u, 9), (make(),), (make(),))
+    np.testing.assert_array_equal(tangent.to_numpy(), heat_numpy(x0, 9))  # linear: A t = A x0
+
+    def step(u, c):
+        u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+        return u
+
+    cs = jnp.array([0.05, 0.1, 0.2, 0.25])
+    batch = jax.vmap(lambda c: pgas.run(step, make(), 11, params=c).data)(cs)
+    for i, c in enumerate(cs):  # XLA fuses the batched program its own way: within an ulp
+        np.testing.assert_allclose(batch[i], pgas.run(step, make(), 11, params=c).data,
+                                   rtol=4e-16, atol=0)  # fmt: skip
+    with pytest.raises(PgasError, match=r"vmap over a GlobalArray's axes .*spec=\(None, 'x'\)"):
+        jax.vmap(lambda u: pgas.run(heat, u, 3))(make())
+
+
+# ---- 4. params ---------------------------------------------------------------------------
+def test_new_params_reuse_the_compiled_program():
+    compiles = []
+
+    def listen(event, secs, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    rng = np.random.default_rng(6)
+    x0, k0 = rng.random((14, 11)), 0.05 + 0.1 * rng.random((14, 11))
+
+    def numpy_run(k, steps):
+        u = x0.copy()
+        for _ in range(steps):
+            n = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+            u[1:-1, 1:-1] = u[1:-1, 1:-1] + k[1:-1, 1:-1] * n - 0.05 * u[1:-1, 1:-1] ** 2
+        return u
+
+    def run(k):
+        u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+        return pgas.run(_variable, u, 12, params=pgas.from_numpy(k, mesh)).to_numpy()
+
+    first = run(k0)
+    compiles.clear()
+    second = run(0.5 * k0)
+    assert compiles == []  # from_numpy, the loop, to_numpy: nothing compiled
+    np.testing.assert_allclose(first, numpy_run(k0, 12), rtol=1e-13)
+    np.testing.assert_allclose(second, numpy_run(0.5 * k0, 12), rtol=1e-13)
+    kappa = pgas.from_numpy(k0, mesh)
+    closure = pgas.run(lambda u: _variable(u, kappa), pgas.from_numpy(x0, mesh,
+                       boundary=pgas.Keep()), 12).to_numpy()  # fmt: skip
+    np.testing.assert_array_equal(first, closure)
+    report = pgas.comm_report(_variable, pgas.from_numpy(x0, mesh), params=kappa)
+    assert round(report.ratio, 2) == 1.0 and report.count("all-gather") == 0
+
+
+def test_a_rebound_array_of_the_enclosing_scope_is_never_stale():
+    mesh = pgas.make_mesh(("x",), devices=2)
+    x0 = np.random.default_rng(7).random(40)
+    kappa = pgas.from_numpy(np.full(40, 0.1), mesh)
+
+    def diffuse(u):
+        u[1:-1] = u[1:-1] + kappa[1:-1] * (u[:-2] + u[2:] - 2 * u[1:-1])
+        return u
+
+    def numpy_run(k):
+        u = x0.copy()
+        for _ in range(6):
+            u[1:-1] = u[1:-1] + k * (u[:-2] + u[2:] - 2 * u[1:-1])
+        return u
+
+    first = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6).to_numpy()
+    kappa = pgas.from_numpy(np.full(40, 0.2), mesh)
+    second = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6).to_numpy()
+    np.testing.assert_allclose(first, numpy_run(0.1), rtol=1e-13)
+    np.testing.assert_allclose(second, numpy_run(0.2), rtol=1e-13)
+
+
+def test_bad_inputs_under_a_trace_and_in_params():
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(np.zeros(16), mesh)
+    with pytest.raises(PgasError, match="chunk and callback cannot run inside a trace"):
+        jax.jit(lambda u: pgas.run(heat, u, 4, chunk=2, callback=print))(u)
+    with pytest.raises(PgasError, match=r"params\['dt'\] is a str \('0.1'\).*functools.partial"):
+        pgas.run(lambda u, p: u, u, 2, params={"dt": "0.1"})
+    with pytest.raises(PgasError, match="remat_every = 0: give a whole number >= 1"):
+        pgas.run(heat, u, 2, remat_every=0)
+    with pytest.raises(PgasError, match="steps is a traced value; snapshot_every and chunk"):
+        jax.jit(lambda u, n: pgas.run(heat, u, n, snapshot_every=2))(u, 4)
+
+
+# ---- 5. reductions of expressions --------------------------------------------------------
+def test_reductions_of_expressions_are_one_scalar_all_reduce():
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal((13, 7)), rng.standard_normal((13, 7))
+    mesh = pgas.make_mesh(("y", "x"), shape=(4, 2), devices=8)
+    u = pgas.from_numpy(x, mesh, boundary=pgas.Keep())
+    v = pgas.from_numpy(y, mesh)
+    np.testing.assert_allclose(float(pgas.sum(u * u)), np.sum(x * x), rtol=1e-12)
+    diff = np.abs(x[1:-1] - y[1:-1])
+    assert float(pgas.max(abs(u[1:-1] - v[1:-1]))) == diff.max()
+    assert float(pgas.min(abs(u[1:-1] - v[1:-1]))) == diff.min()
+    mean = float(pgas.mean(u[:, 2:] - u[:, :-2]))
+    np.testing.assert_allclose(mean, np.mean(x[:, 2:] - x[:, :-2]), rtol=1e-12)
+    np.testing.assert_allclose(
+        float(pgas.sum(pgas.shift(u, 1, 0) * v)), np.sum(np.vstack([x[:1], x[:-1]]) * y), rtol=1e-12
+    )  # a Keep array read across its face: the ghost row mirrors row 0
+    hlo = jax.jit(lambda u, v: pgas.max(abs(u[1:-1] - v[1:-1]))).lower(u, v).compile().as_text()
+    kinds = collectives(hlo)
+    assert [kind for kind, _ in kinds] == ["all-reduce"] and hlo.count("all-reduce(") == 1
+
+
+def test_explicit_run_takes_params_without_compiling():
+    from pgas.references import explicit
+
+    mesh = pgas.make_mesh(("x",), devices=2)
+    x0 = np.random.default_rng(9).random(30)
+
+    def kernel(e, c):
+        return (1 - 2 * c) * e[1:-1] + c * (e[:-2] + e[2:])
+
+    def numpy_run(c, steps=7):
+        u = x0.copy()
+        for _ in range(steps):
+            u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+        return u
+
+    for c in (0.1, 0.2):
+        u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+        out = explicit.run(kernel, u, 7, region=(slice(1, -1),), params=c).to_numpy()
+        np.testing.assert_allclose(out, numpy_run(c), rtol=1e-13)
+    key = explicit.region_key((slice(1, -1),))
+    k = explicit.choose(u, 1, "auto").steps_per_exchange
+    assert explicit.program(kernel, u.layout, (1,), key, k, True)._cache_size() == 1
+    with pytest.raises(PgasError, match="params of pgas.explicit.run hold a GlobalArray"):
+        explicit.run(kernel, pgas.from_numpy(x0, mesh), 2, params=pgas.from_numpy(x0, mesh))

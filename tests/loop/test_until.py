@@ -1,0 +1,139 @@
+"""pgas.run_until against NumPy Jacobi and CG written here: iterations, bits, collectives."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from loop.test_scalars import cg_numpy, cg_state, cg_step
+
+import pgas
+
+
+def jacobi(u, f):
+    u[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1])
+    return u
+
+
+def small_residual(u, f):
+    r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] - 4 * u[1:-1, 1:-1]
+    return pgas.max(abs(r)) < 1e-6
+
+
+def jacobi_numpy(f: np.ndarray, check_every: int, max_steps: int):
+    """Jacobi from zero until max |residual| < 1e-6, checked every ``check_every`` sweeps."""
+    u, n = np.zeros_like(f), 0
+    while n < max_steps:
+        for _ in range(min(check_every, max_steps - n)):
+            new = u.copy()
+            new[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                      + f[1:-1, 1:-1])  # fmt: skip
+            u, n = new, n + 1
+        r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] \
+            - 4 * u[1:-1, 1:-1]  # fmt: skip
+        if np.abs(r).max() < 1e-6:
+            break
+    return u, n
+
+
+def field(a, mesh):
+    return pgas.from_numpy(a, mesh, spec=("y", "x"), boundary=pgas.Keep())
+
+
+@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (3, 1)), (4, (2, 2))])
+def test_jacobi_until_converged_matches_numpy_bitwise(devices, shape):
+    f = np.random.default_rng(1).random((15, 13)) / 14**2  # uneven over every mesh
+    mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
+    out = pgas.run_until(jacobi, field(np.zeros_like(f), mesh), small_residual, 2000,
+                         check_every=8, params=field(f, mesh))  # fmt: skip
+    want, steps = jacobi_numpy(f, 8, 2000)
+    assert out.converged and out.steps_taken == steps and steps % 8 == 0
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+    again = pgas.run(jacobi, field(np.zeros_like(f), mesh), steps, params=field(f, mesh))
+    np.testing.assert_array_equal(again.to_numpy(), want)  # bitwise pgas.run for steps_taken
+
+
+def test_auto_check_every_and_max_steps_reached_warns():
+    f = np.random.default_rng(2).random((12, 12)) / 11**2
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    with pytest.warns(pgas.NonConvergenceWarning, match="max_steps = 21"):
+        out = pgas.run_until(jacobi, field(np.zeros_like(f), mesh), small_residual, 21,
+                             params=field(f, mesh))  # fmt: skip
+    k = out.plan.steps_per_exchange  # 6: the smallest block holds 6 cells
+    assert not out.converged and out.steps_taken == 21 and out.check_every == 3 * k == 18
+    assert f"check_every = {3 * k}" in out.note
+    np.testing.assert_array_equal(out.state.to_numpy(), jacobi_numpy(f, 18, 21)[0])
+
+
+@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))])
+def test_cg_until_converged_same_iterations_as_numpy(devices, shape):
+    b = np.random.default_rng(3).random((13, 11))
+    mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
+    state = cg_state(b, mesh)
+    tol = 1e-16 * float(state["rr"])  # relative residual 1e-8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = pgas.run_until(cg_step, state, lambda s: s["rr"] < tol, 500)
+    assert out.check_every == 1 and "reduction" in out.note
+    n = next(i for i in range(1, 500) if cg_numpy(b, i)[2] < tol)
+    assert abs(out.steps_taken - n) <= 2  # sums in another order: within 2 iterations
+    x = cg_numpy(b, out.steps_taken)[0]
+    np.testing.assert_allclose(out.state["x"].to_numpy(), x, rtol=1e-8, atol=1e-12)
+
+
+def test_one_all_reduce_per_check_and_per_reduction_in_the_compiled_loop():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    f = field(np.ones((12, 12)), mesh)
+    u = field(np.zeros((12, 12)), mesh)
+    run = lambda u, f: pgas.run_until(jacobi, u, small_residual, 100, check_every=4, params=f)  # noqa: E731
+    hlo = jax.jit(run).lower(u, f).compile().as_text()
+    assert hlo.count(" all-reduce(") == 1 and hlo.count(" all-gather(") == 0
+    state = cg_state(np.ones((12, 12)), mesh)
+    cg = lambda s: pgas.run_until(cg_step, s, lambda s: s["rr"] < 1e-20, 50)  # noqa: E731
+    hlo = jax.jit(cg).lower(state).compile().as_text()
+    # p.Ap and r.r per iteration; the check reads r.r, already reduced: no collective of its own
+    assert hlo.count(" all-reduce(") == 2 and hlo.count(" all-gather(") == 0
+
+
+def test_bad_inputs_are_refused_with_the_fix():
+    mesh = pgas.make_mesh(devices=1)
+    u = pgas.from_numpy(np.zeros(8), mesh)
+    done = lambda u: pgas.max(u) < 1  # noqa: E731
+    step = lambda u: u  # noqa: E731
+    with pytest.raises(pgas.PgasError, match=r"max_steps = 0: give a whole number >= 1"):
+        pgas.run_until(step, u, done, 0)
+    with pytest.raises(pgas.PgasError, match=r"check_every = 0: give a whole number >= 1"):
+        pgas.run_until(step, u, done, 10, check_every=0)
+    with pytest.raises(
+        pgas.PgasError,
+        match=r"check_every = 6 is not a multiple of "
+        r"steps_per_exchange = 4.*check_every = 8",
+    ):
+        pgas.run_until(step, u, done, 10, check_every=6, steps_per_exchange=4)
+    with pytest.raises(
+        pgas.PgasError,
+        match=r"converged returned float64\[\]; it must return "
+        r"a scalar boolean",
+    ):
+        pgas.run_until(step, u, lambda u: pgas.max(u), 10)
+    with pytest.raises(pgas.PgasError, match=r"state\[1\] is a str"):
+        pgas.run_until(step, (u, "x"), lambda s: pgas.max(s[0]) < 1, 10)
+
+
+def test_reverse_mode_says_it_is_not_supported():
+    mesh = pgas.make_mesh(devices=1)
+    u = pgas.from_numpy(np.ones(6), mesh, boundary=pgas.Keep())
+
+    def loss(u):
+        out = pgas.run_until(lambda u, f: jacobi1d(u), u, lambda u, f: pgas.max(u) < 0.5, 20,
+                             params=jnp.float64(0))  # fmt: skip
+        return pgas.sum(out.state)
+
+    with pytest.raises(pgas.PgasError, match="reverse mode.*not supported"):
+        jax.grad(loss)(u)
+
+
+def jacobi1d(u):
+    u[1:-1] = 0.5 * (u[:-2] + u[2:])
+    return u

@@ -1,0 +1,155 @@
+"""The bad-input table: every bad input pgas knows, its error type and a phrase of its message.
+
+One row per input, library and command line alike; each message names the parameter, the
+value and the fix. The README's troubleshooting section lists the common ones. Rows are
+lambdas taking ``tmp`` (a temporary directory); CLI rows run an example's ``main(argv)``
+in this process (argparse's exit 2 and its message on stderr).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import load_example
+
+import pgas
+from pgas import errors
+from pgas.io import checkpoint, dataset
+
+H = load_example("heat1d")
+L = load_example("life")
+
+
+def mesh(n=2, names=("x",)):
+    return pgas.make_mesh(names, devices=n)
+
+
+def rod(n=10, devices=2, dtype="float32", **kw):
+    return pgas.from_function(lambda i: i * 1.0, (n,), mesh(devices), dtype=dtype, **kw)
+
+
+def heat(u):
+    u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+class CLI:
+    """``main(argv)`` must exit with status 2, the phrase in stderr."""
+
+    def __init__(self, main, *argv):
+        self.main, self.argv = main, argv
+
+    def __call__(self, tmp):
+        return self.main([a.replace("TMP", str(tmp)) for a in self.argv])
+
+
+def _notes(tmp):
+    (tmp / "notes.nc").write_text("user notes")
+    return H.main(["--devices", "2", "--steps", "4", "--out", str(tmp / "notes.nc")])
+
+
+def _mistyped_restart(tmp):
+    H.main(["--devices", "2", "--steps", "20", "--out", str(tmp / "r.zarr"), "--checkpoint",
+            str(tmp / "ck1"), "--checkpoint-every", "10", "--quiet"])  # fmt: skip
+    return H.main(["--devices", "2", "--steps", "40", "--out", str(tmp / "r.zarr"),
+                   "--checkpoint", str(tmp / "ck11"), "--restart"])  # fmt: skip
+
+
+def _wrong_meta(tmp):
+    checkpoint.save(tmp / "ck", rod(), step=1, meta={"n": 10})
+    return checkpoint.load(tmp / "ck", rod(), meta={"n": 11})
+
+
+def _compare_set(tmp):
+    from pgas.app import cli
+
+    raise SystemExit(cli.main(["compare", "examples/heat1d/heat1d.py:problem", "--set", "n=abc",
+                               "--devices", "1", "--steps", "2"]))  # fmt: skip
+
+
+TABLE = [
+    # ---- library: meshes, arrays, views ------------------------------------------------
+    ("mesh axis name twice", lambda t: pgas.make_mesh(("x", "x"), devices=2),
+     errors.MeshError, "axis"),
+    ("more devices than exist", lambda t: pgas.make_mesh(("x",), devices=64),
+     errors.DeviceCountError, "64"),
+    ("unsupported dtype", lambda t: pgas.zeros((4,), mesh(), dtype="complex64"),
+     errors.LayoutError, "dtype"),
+    ("slice with a step", lambda t: rod()[::2], errors.IndexingError, "step"),
+    ("traced slice bound", lambda t: rod()[np.array([1, 2])], errors.IndexingError, ""),
+    ("views of different shapes", lambda t: rod()[1:] + rod()[2:],
+     errors.ShapeMismatchError, "equal shapes"),
+    ("bool of a comparison", lambda t: bool(rod() > 5), errors.ConversionError, "pgas.any"),
+    ("bool of a view", lambda t: bool(rod()[1:-1]), errors.ConversionError, "pgas.all"),
+    ("int of a field", lambda t: int(rod()), errors.ConversionError, "only one cell"),
+    ("float of an expression", lambda t: float(rod()[1:] + 1), errors.ConversionError,
+     "reduce it"),
+    ("NumPy array of an expression", lambda t: np.asarray(rod()[1:] * 2),
+     errors.ConversionError, "to_array"),
+    ("reduction of a non-array", lambda t: pgas.sum(np.ones(3)), errors.LayoutError,
+     "GlobalArray"),
+    # ---- library: the time loop --------------------------------------------------------
+    ("steps negative", lambda t: pgas.run(heat, rod(), -1), errors.PgasError, "steps = -1"),
+    ("steps a bool", lambda t: pgas.run(heat, rod(), True), errors.PgasError, "not a bool"),
+    ("steps a float", lambda t: pgas.run(heat, rod(), 5.0), errors.PgasError, "steps = 5.0"),
+    ("chunk zero", lambda t: pgas.run(heat, rod(), 4, chunk=0), errors.PgasError, "chunk = 0"),
+    ("snapshot_every not dividing", lambda t: pgas.run(heat, rod(), 10, snapshot_every=3),
+     errors.PgasError, "does not divide"),
+    ("steps_per_exchange zero", lambda t: pgas.run(heat, rod(), 4, steps_per_exchange=0),
+     errors.PgasError, "'auto'"),
+    ("steps_per_exchange a bool", lambda t: pgas.run(heat, rod(), 4, steps_per_exchange=True),
+     errors.PgasError, "not a bool"),
+    # ---- library: results, snapshots, checkpoints ------------------------------------
+    ("result suffix", lambda t: dataset.check_writable(t / "r.csv"), dataset.OutputPathError,
+     ".nc"),
+    ("result directory missing", lambda t: dataset.check_writable(t / "no" / "r.nc"),
+     dataset.OutputPathError, "mkdir -p"),
+    ("result exists", lambda t: [dataset.write_dataset(dataset.to_dataset(np.ones((1, 2)), [0]),
+                                                       t / "r.nc") for _ in range(2)],
+     dataset.OutputPathError, "overwrite=True"),
+    ("fields without a snapshot axis", lambda t: dataset.to_dataset(np.ones(3), [0]),
+     dataset.DatasetInputError, "field[None]"),
+    ("checkpoint of another problem", _wrong_meta, checkpoint.CheckpointMismatchError,
+     "another problem"),
+    ("checkpoint missing", lambda t: checkpoint.load(t / "none", rod(), meta={}),
+     checkpoint.CorruptCheckpointError, "no checkpoint"),
+    ("checkpoint step negative", lambda t: checkpoint.save(t / "ck", rod(), step=-1, meta={}),
+     checkpoint.CheckpointError, "step = -1"),
+    # ---- command line ------------------------------------------------------------------
+    ("--steps not a number", CLI(H.main, "--steps", "abc"), SystemExit, "not a whole number"),
+    ("--n zero", CLI(H.main, "--n", "0"), SystemExit, "positive"),
+    ("--dtype unknown", CLI(H.main, "--dtype", "float16"), SystemExit, "float32"),
+    ("--backend unknown", CLI(H.main, "--backend", "cuda"), SystemExit, "explicit"),
+    ("--out suffix", CLI(H.main, "--out", "TMP/h.csv"), SystemExit, ".zarr"),
+    ("--out directory missing", CLI(H.main, "--out", "TMP/no/h.nc"), SystemExit, "mkdir"),
+    ("--out exists", _notes, SystemExit, "--overwrite"),
+    ("--restart, mistyped checkpoint", _mistyped_restart, SystemExit, "--restart refused"),
+    ("--snapshot-every not dividing", CLI(H.main, "--steps", "10", "--snapshot-every", "3"),
+     SystemExit, "--steps 12"),
+    ("--devices beyond the cells", CLI(H.main, "--n", "11", "--devices", "5000"), SystemExit,
+     "use at most 11 devices"),
+    ("--plot format", CLI(L.main, "--plot", "TMP/b.jpg"), SystemExit, ".png or .gif"),
+    ("--size malformed", CLI(L.main, "--size", "abc"), SystemExit, "HxW"),
+    ("--backend mpi without mpiexec", CLI(H.main, "--backend", "mpi"), SystemExit, "mpiexec"),
+    ("pgas compare --set of the wrong type", _compare_set, SystemExit, "takes a whole number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make, kind, phrase", [row[1:] for row in TABLE],
+                         ids=[row[0] for row in TABLE])  # fmt: skip
+def test_bad_input_names_the_fix(make, kind, phrase, tmp_path, capsys):
+    with pytest.raises(kind) as caught:
+        make(tmp_path)
+    if kind is SystemExit:
+        assert caught.value.code == 2
+        message = capsys.readouterr().err
+    else:
+        message = str(caught.value)
+    assert phrase in message, message
+
+
+def test_the_table_covers_the_cases_of_issue_21():
+    names = {row[0] for row in TABLE}
+    assert {"bool of a comparison", "--out exists", "--restart, mistyped checkpoint",
+            "steps a bool", "--devices beyond the cells"} <= names  # fmt: skip
+    assert len(TABLE) >= 35
