@@ -47,7 +47,9 @@ sub-step, and XLA recomputes fused producers anyway (benchmarks/README.md,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -66,7 +68,36 @@ from pgas.globalview.halo import extend, refill_mirror
 from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
-           "check_dtype", "blocks_of", "physical_of", "anchor_of"]  # fmt: skip
+           "check_dtype", "blocks_of", "physical_of", "anchor_of", "holding"]  # fmt: skip
+
+_HELD: list[dict[int, tuple[Any, Any]]] = []
+
+
+@contextlib.contextmanager
+def holding(copies: dict[int, tuple[Any, Any]]) -> Iterator[None]:
+    """Inside: an array read in physical form is read from a copy already extended.
+
+    ``copies`` maps ``id(array)`` to ``(array.data, extended)``, ``extended`` a
+    :class:`pgas.GlobalArray` with a halo; a read of ``array`` (while its data
+    is still that one) takes the extended copy instead of exchanging a halo of
+    its own. A loop extends the arrays its step reads from the enclosing scope
+    once, before the loop, and traces the loop in here
+    (:func:`pgas.loop.frames.loop_inputs`).
+    """
+    _HELD.append(copies)
+    try:
+        yield
+    finally:
+        _HELD.pop()
+
+
+def _held(array):
+    """``array``'s extended copy inside :func:`holding`, else ``array``."""
+    for copies in reversed(_HELD):
+        data, extended = copies.get(id(array), (None, None))
+        if data is not None and data is array.data:
+            return extended
+    return array
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -170,9 +201,9 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
     """
     out = {}
     for read in reads:
-        arr = read.array
+        arr = read.array if read.array.ext is not None else _held(read.array)
         if arr.ext is not None:
-            out[id(arr)] = Source(arr.data, arr.ext)
+            out[id(read.array)] = Source(arr.data, arr.ext)
             continue
         lay = arr.layout
         blocks = lay.to_blocks(arr.data)

@@ -26,8 +26,9 @@ extended copy and an intermediate of the single-buffered group).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill
-from pgas.globalview.lower import anchor_of, blocks_of, physical_of
+from pgas.globalview.lower import anchor_of, blocks_of, holding, physical_of
 from pgas.globalview.view import View
 from pgas.grid.mesh import platform_of
 
@@ -51,8 +52,10 @@ __all__ = [
     "group_program",
     "double_buffered",
     "framed",
+    "refreshed",
     "double_group",
     "read_only",
+    "loop_inputs",
 ]
 
 State = Any
@@ -251,6 +254,20 @@ def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None) -> jax.Arr
     return data
 
 
+def refreshed(state: State) -> State:
+    """Every framed field with its whole halo exchanged in place (the state a check reads).
+
+    A double-buffered loop leaves stale halo cells behind its sub-steps; after
+    this, reads of shifted views come from the buffer itself, with no extended
+    copy (one slab exchange per side, as at the start of a group).
+    """
+
+    def one(g: GlobalArray) -> GlobalArray:
+        return GlobalArray(_refresh(g, g.ext), g.layout, g.ext)
+
+    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+
+
 def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
     """``data`` (extension ``ext``) written into ``buffer`` (extension ``have``) at its place:
     a dynamic-update-slice, which XLA fuses with the sub-step and does in place."""
@@ -324,3 +341,29 @@ def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
         return frames(g, halo)
 
     return jax.tree.map(one, params, is_leaf=_is_array)
+
+
+@contextlib.contextmanager
+def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
+                k: int) -> Iterator[Any]:  # fmt: skip
+    """What a loop reads besides its state, extended once: ``with loop_inputs(...) as params``.
+
+    Yields ``params`` made :func:`read_only`; inside, the step's reads of the
+    ``fields`` it takes from its enclosing scope (:class:`pgas.GlobalArray`
+    constants, :func:`pgas.loop.timeloop.captured`) take copies extended the
+    same way (:func:`pgas.globalview.lower.holding`). Trace the loop inside:
+    both are exchanged once per call of the loop, as a parameter is, never per
+    group or sub-step. ``widths=None`` (no frames): nothing is extended.
+
+    >>> import numpy as np, pgas
+    >>> c = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> with loop_inputs({"dt": 0.1}, (c,), (1,), 1) as p:
+    ...     p
+    {'dt': 0.1}
+    """
+    if widths is None:
+        yield params
+        return
+    copies = {id(g): (g.data, read_only(g, widths, k)) for g in fields}
+    with holding(copies):
+        yield read_only(params, widths, k)

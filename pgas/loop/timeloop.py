@@ -70,15 +70,16 @@ from pgas.loop.frames import (
     double_group,
     framed,
     group,
+    loop_inputs,
     physical,
-    read_only,
+    refreshed,
     step_fn,
 )
 from pgas.loop.plan import AUTO, Plan
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
 
-__all__ = ["run", "program", "Program", "compiled", "captured"]
+__all__ = ["run", "program", "Program", "Carried", "compiled", "captured"]
 
 State = Any
 
@@ -104,6 +105,37 @@ class Program:
     advance: Callable
     leave: Callable
     inline: Callable | None = None
+    carried: Carried | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """The loop of a :class:`Program` on the form it carries, for a caller's own loop.
+
+    :func:`pgas.run_until` checks between runs of ``steps`` without leaving
+    that form, so a check costs no conversion of the state (the
+    double-buffered fields stay framed across checks).
+
+    Attributes:
+        into: the user's state -> the carried form (traceable).
+        steps: ``steps(carried, count, params)`` runs a static ``count`` of
+            steps, ``params`` as ``inputs`` yields them; trace it inside ``inputs``.
+        out_of: the carried form -> the user's state (traceable; a view XLA
+            fuses into what reads it).
+        inputs: ``with inputs(params) as params``: the params and the
+            constants the step captures, extended once
+            (:func:`pgas.loop.frames.loop_inputs`); enter it outside the
+            caller's loop.
+        seen: the carried form -> ``(carried, state)``, the state a check
+            reads (traceable): the double-buffered fields with their halo
+            refreshed in place, read without a copy; else ``out_of``'s.
+    """
+
+    into: Callable
+    steps: Callable
+    out_of: Callable
+    inputs: Callable
+    seen: Callable
 
 
 @functools.lru_cache(maxsize=64)
@@ -136,14 +168,17 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
             new program, never a stale one.
     """
     look = observe or (lambda s: s)
+    fields = tuple(c.field for c in captured if c.field is not None)
     if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
-        return _double(step, k, widths, every, look, transport, takes_params)
+        return _double(step, k, widths, every, look, transport, takes_params, fields)
 
     def body(params):
         return step_fn(step, _given(params, takes_params))
 
-    def loop(a, count, params, segment):
-        params = read_only(params, widths, k)
+    def loop(a, count, params, segment, ready=False):
+        if not ready:  # params and constants extended once, outside the loop
+            with loop_inputs(params, fields, widths, k) as params:
+                return loop(a, count, params, segment, True)
         many, single = group(body(params), widths, k), group(body(params), widths, 1)
         a, first = _segments(many, count // k, a, segment)
         a = _fori(first, count // k, many, a)
@@ -166,7 +201,11 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         return jax.lax.scan(chunk, state, None, length=count // every)
 
     if every is None:
-        return Program(same, _Counted(jax.jit(advance, donate_argnums=0)), same, inline)
+        carried = Carried(blocks, lambda a, count, params: loop(a, count, params, None, True),
+                          physical, functools.partial(loop_inputs, fields=fields, widths=widths,
+                                                      k=k),
+                          lambda a: (a, physical(a)))  # fmt: skip
+        return Program(same, _Counted(jax.jit(advance, donate_argnums=0)), same, inline, carried)
 
     def snapshots(state, count, params=None):
         def chunk(s, _):
@@ -221,7 +260,7 @@ def _segments(fn: Callable, n, carry, segment: int | None, *, fresh=None, hand=N
 
 def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             look: Callable, transport: Callable | None = None,
-            takes_params: bool = False) -> Program:  # fmt: skip
+            takes_params: bool = False, fields: tuple = ()) -> Program:  # fmt: skip
     """The double-buffered loop (see :func:`pgas.frames.double_group`).
 
     Every physical step writes a field into its other buffer, so a field is
@@ -237,10 +276,13 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         return jax.tree.map(lambda g: GlobalArray(jnp.zeros_like(g.data), g.layout, g.ext),
                             state, is_leaf=lambda x: isinstance(x, GlobalArray))  # fmt: skip
 
-    def loop(state, count, params, segment, odd: bool):
+    def loop(state, count, params, segment, odd: bool, ready=False):
         """``count`` steps on the extended state (``odd``: ``count`` is odd): the latest
-        buffer (the spare is made here, so a caller hands on one buffer)."""
-        params = read_only(params, widths, k)
+        buffer (the spare is made here, so a caller hands on one buffer); ``ready``: the
+        params come from :func:`loop_inputs` already."""
+        if not ready:
+            with loop_inputs(params, fields, widths, k) as params:
+                return loop(state, count, params, segment, odd, True)
         body = step_fn(step, _given(params, takes_params))
         many = double_group(body, widths, k, transport)
         single = double_group(body, widths, 1, transport)
@@ -276,7 +318,13 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         runs = [jax.jit(lambda state, count, params=None, odd=odd:
                         loop(state, count, params, None, odd), donate_argnums=0)
                 for odd in (False, True)]  # fmt: skip
-        return Program(enter, _Counted(*runs), leave, inline)
+        carried = Carried(lambda state: framed(state, halo),
+                          lambda s, count, params: loop(s, count, params, None, count % 2 == 1,
+                                                        True),
+                          physical, functools.partial(loop_inputs, fields=fields, widths=widths,
+                                                      k=k),
+                          _seen_refreshed)  # fmt: skip
+        return Program(enter, _Counted(*runs), leave, inline, carried)
 
     def snapshots(state, count, params=None):
         def chunk(s, _):
@@ -286,6 +334,12 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         return jax.lax.scan(chunk, state, None, length=count)
 
     return Program(enter, jax.jit(snapshots, donate_argnums=0, static_argnums=1), leave, inline)
+
+
+def _seen_refreshed(state: State) -> tuple[State, State]:
+    """The double-buffered state with its halo refreshed, carried on and read by a check."""
+    state = refreshed(state)
+    return state, state
 
 
 class _Counted:
@@ -389,12 +443,13 @@ def _check_params(params) -> None:
 
 
 class _Same:
-    """An object compared by identity (a cache key part that holds the object alive)."""
+    """An object compared by identity (a cache key part that holds the object alive);
+    ``field``: the :class:`GlobalArray` whose data ``obj`` is (not part of the key)."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("obj", "field")
 
-    def __init__(self, obj):
-        self.obj = obj
+    def __init__(self, obj, field: GlobalArray | None = None):
+        self.obj, self.field = obj, field
 
     def __hash__(self) -> int:
         return id(self.obj)
@@ -422,7 +477,7 @@ def captured(step: Callable, depth: int = 3) -> tuple:
             return
         seen.add(id(obj))
         if isinstance(obj, GlobalArray):
-            found.append(_Same(obj.data))
+            found.append(_Same(obj.data, obj if obj.ext is None else None))
         elif isinstance(obj, jax.Array):
             found.append(_Same(obj))
         elif isinstance(obj, (list, tuple, dict)) and level > 0:

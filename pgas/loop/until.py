@@ -157,33 +157,41 @@ def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, eve
     :func:`pgas.run` needs its parity) and one check; the ``max_steps % every`` steps
     left, if any, run after the loop unless it converged, then one last check.
     """
-    prog = program(step, k, widths, None, None, double, None, takes_params, keys)
+    form = program(step, k, widths, None, None, double, None, takes_params, keys).carried
 
-    def check(s, params):
-        return jnp.asarray(_call(converged, s, params), jnp.bool_)
+    def check(s, given):
+        """``(s, done)``: the carried state (its halo refreshed) and whether it converged."""
+        s, seen = form.seen(s)
+        return s, jnp.asarray(_call(converged, seen, given), jnp.bool_)
 
     def loop(state, params):
+        with form.inputs(params) as ready:  # extended once, outside the while loop
+            return inner(state, ready, params)
+
+    def inner(state, params, given):
         def cond(c):
             _, n, done = c
             return jnp.logical_and(jnp.logical_not(done), n + every <= max_steps)
 
         def body(c):
             s, n, _ = c
-            s = prog.inline(s, every, params, None)
-            return s, n + every, check(s, params)
+            s, done = check(form.steps(s, every, params), given)
+            return s, n + every, done
 
         zero = jnp.zeros((), jnp.int32)
-        out = jax.lax.while_loop(cond, body, (state, zero, jnp.zeros((), jnp.bool_)))
+        start = (form.into(state), zero, jnp.zeros((), jnp.bool_))
+        out = jax.lax.while_loop(cond, body, start)
         rest = max_steps % every
-        if not rest:
-            return out
+        if rest:
 
-        def tail(c):
-            s, n, _ = c
-            s = prog.inline(s, rest, params, None)
-            return s, n + rest, check(s, params)
+            def tail(c):
+                s, n, _ = c
+                s, done = check(form.steps(s, rest, params), given)
+                return s, n + rest, done
 
-        return jax.lax.cond(out[2], lambda c: c, tail, out)
+            out = jax.lax.cond(out[2], lambda c: c, tail, out)
+        s, n, done = out
+        return form.out_of(s), n, done
 
     return loop
 
