@@ -690,5 +690,8 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, steps_p
                         "make the plan with pgas.plan.plan(..., double=False)")  # fmt: skip
     k = how.steps_per_exchange
     unit = k * (2 if k % 2 else 1) if how.double else k
-    prog = program(step, k, how.widths, every, observe, how.double, None, params is not None)
+    # fields captured from the enclosing scope are extended once per loop, as params are;
+    # traced ones (a caller's argument) are not cached in a program, and exchange per read
+    held = tuple(c for c in captured(step) if not isinstance(c.obj, jax.core.Tracer))
+    prog = program(step, k, how.widths, every, observe, how.double, None, params is not None, held)
     return prog.inline(state, steps, params, _segment(remat_every, steps, unit))

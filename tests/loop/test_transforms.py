@@ -346,3 +346,40 @@ def test_explicit_run_takes_params_without_compiling():
     assert explicit.program(kernel, u.layout, (1,), key, k, True)._cache_size() == 1
     with pytest.raises(PgasError, match="params of pgas.explicit.run hold a GlobalArray"):
         explicit.run(kernel, pgas.from_numpy(x0, mesh), 2, params=pgas.from_numpy(x0, mesh))
+
+
+def test_a_field_of_the_enclosing_scope_is_exchanged_once_like_a_param():
+    """run_until's while loop and run's loop hold the same collectives whether the step takes
+    its coefficient field from params or from the enclosing scope: both are extended once,
+    before the loop (the closure's field was extended again at every check)."""
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    rng = np.random.default_rng(8)
+    x0, k0 = rng.random((20, 18)), 0.05 + 0.1 * rng.random((20, 18))
+    kappa = pgas.from_numpy(k0, mesh)
+
+    def make():
+        return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+
+    def converged(u, *_):
+        return pgas.max(abs(u)) < -1.0  # never: the loop runs max_steps
+
+    def programs(step, params):
+        def until(u):
+            return pgas.run_until(step, u, converged, 64, check_every=8, params=params,
+                                  steps_per_exchange=4).state.data  # fmt: skip
+
+        def run(u):
+            return pgas.run(step, u, 64, params=params, steps_per_exchange=4).data
+
+        return [jax.jit(f).lower(make()).compile().as_text() for f in (until, run)]
+
+    closure = programs(lambda u: _variable(u, kappa), None)
+    given = programs(_variable, kappa)
+    for a, b in zip(closure, given):
+        count = re.compile(r"= \S+ collective-permute\(")
+        assert len(count.findall(a)) == len(count.findall(b))
+    with pytest.warns(pgas.NonConvergenceWarning):
+        u = pgas.run_until(lambda u: _variable(u, kappa), make(), converged, 64,
+                           check_every=8).state  # fmt: skip
+    np.testing.assert_array_equal(u.to_numpy(), pgas.run(_variable, make(), 64,
+                                                          params=kappa).to_numpy())  # fmt: skip
