@@ -15,6 +15,7 @@ from helpers import load_example
 import pgas
 from pgas import errors
 from pgas.io import checkpoint, dataset
+from pgas.references import explicit
 
 H = load_example("heat1d")
 L = load_example("life")
@@ -67,6 +68,18 @@ def _compare_set(tmp):
                                "--devices", "1", "--steps", "2"]))  # fmt: skip
 
 
+def _until():
+    return (lambda e: e[1:-1], rod(), lambda e, reduce: reduce(e[1:-1]) < 1)
+
+
+def _mpi_until(max_steps=10, check_every="auto"):
+    from pgas.references import mpi
+
+    return mpi.run_until(lambda e: e[1:-1], lambda i: i * 1.0, (10,), "float64",
+                         lambda e, reduce: reduce(e[1:-1]) < 1, max_steps, 1, pgas.Keep(),
+                         check_every=check_every)  # fmt: skip
+
+
 TABLE = [
     # ---- library: meshes, arrays, views ------------------------------------------------
     ("mesh axis name twice", lambda t: pgas.make_mesh(("x", "x"), devices=2),
@@ -99,6 +112,19 @@ TABLE = [
      errors.PgasError, "'auto'"),
     ("steps_per_exchange a bool", lambda t: pgas.run(heat, rod(), 4, steps_per_exchange=True),
      errors.PgasError, "not a bool"),
+    ("run_until max_steps zero", lambda t: explicit.run_until(*_until(), 0), errors.PgasError,
+     "max_steps = 0: give a whole number >= 1"),
+    ("run_until max_steps a float", lambda t: explicit.run_until(*_until(), 10.5),
+     errors.PgasError, "max_steps = 10.5"),
+    ("run_until check_every zero", lambda t: explicit.run_until(*_until(), 10, check_every=0),
+     errors.PgasError, "check_every = 0: give a whole number >= 1, or 'auto'"),
+    ("run_until check_every not a multiple of k",
+     lambda t: explicit.run_until(*_until(), 10, check_every=6, steps_per_exchange=4),
+     errors.PgasError, "pick check_every = 8"),
+    ("mpi.run_until max_steps zero", lambda t: _mpi_until(max_steps=0), errors.PgasError,
+     "max_steps = 0: give a whole number >= 1"),
+    ("mpi.run_until check_every a string", lambda t: _mpi_until(check_every="often"),
+     errors.PgasError, "check_every = 'often'"),
     # ---- library: results, snapshots, checkpoints ------------------------------------
     ("result suffix", lambda t: dataset.check_writable(t / "r.csv"), dataset.OutputPathError,
      ".nc"),
