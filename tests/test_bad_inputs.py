@@ -19,6 +19,7 @@ from pgas.references import explicit
 
 H = load_example("heat1d")
 L = load_example("life")
+PS = load_example("poisson")
 
 
 def mesh(n=2, names=("x",)):
@@ -72,6 +73,20 @@ def _until():
     return (lambda e: e[1:-1], rod(), lambda e, reduce: reduce(e[1:-1]) < 1)
 
 
+def _half_iterative():
+    from pgas.app.problem import Problem
+
+    return Problem("half", (8,), "float32", lambda i: i * 1.0, heat, lambda e: e[1:-1],
+                   pgas.Keep(), 1, None, ("x",), converged=lambda u: pgas.max(u) < 1)  # fmt: skip
+
+
+def _iterative_out(tmp):
+    from pgas.app import iterate, runner
+    from pgas.app.options import RunOptions
+
+    return runner.run(iterate.demo(), RunOptions(steps=10, devices=1, out=str(tmp / "x.zarr")))
+
+
 def _mpi_until(max_steps=10, check_every="auto"):
     from pgas.references import mpi
 
@@ -121,6 +136,10 @@ TABLE = [
     ("run_until check_every not a multiple of k",
      lambda t: explicit.run_until(*_until(), 10, check_every=6, steps_per_exchange=4),
      errors.PgasError, "pick check_every = 8"),
+    ("iterative problem without its local test", lambda t: _half_iterative(),
+     errors.PgasError, "give converged (the global-view test) and local_converged"),
+    ("iterative problem with --out", lambda t: _iterative_out(t), errors.PgasError,
+     "writes no snapshots or checkpoints; leave --out out"),
     ("mpi.run_until max_steps zero", lambda t: _mpi_until(max_steps=0), errors.PgasError,
      "max_steps = 0: give a whole number >= 1"),
     ("mpi.run_until check_every a string", lambda t: _mpi_until(check_every="often"),
@@ -158,6 +177,8 @@ TABLE = [
     ("--size malformed", CLI(L.main, "--size", "abc"), SystemExit, "HxW"),
     ("--backend mpi without mpiexec", CLI(H.main, "--backend", "mpi"), SystemExit, "mpiexec"),
     ("pgas compare --set of the wrong type", _compare_set, SystemExit, "takes a whole number"),
+    ("poisson --backend explicit with CG", CLI(PS.main, "--backend", "explicit", "--methods",
+                                                "cg"), SystemExit, "runs Jacobi only"),
 ]  # fmt: skip
 
 

@@ -117,6 +117,7 @@ def run_until(
     check_every: int | str = "auto",
     steps_per_exchange: int | str = "auto",
     params: Any = None,
+    callback: Callable[[int, np.ndarray], None] | None = None,
     gather: bool = True,
 ) -> RunResult:
     """Run ``kernel`` on every rank until ``converged`` holds (one ``Allreduce`` per reduction).
@@ -148,6 +149,8 @@ def run_until(
             a dict, tuple or list of them; a field reaches ``kernel`` and
             ``converged`` as its block with the same halo as ``e`` (exchanged
             once, before the loop).
+        callback: ``callback(steps_taken, block)`` on every rank once, at the end,
+            with this rank's cells (no halo; do not modify them).
         gather: gather the final field to rank 0 (``RunResult.field``).
 
     Returns:
@@ -206,6 +209,8 @@ def run_until(
         seconds = max(grid.comm.allgather(MPI.Wtime() - start))
         if not done:
             warn_not_converged(max_steps, every)
+        if callback is not None:
+            callback(n, block.core)
         counts = grid.comm.allgather((counter.messages, counter.bytes))
         return dataclasses.replace(
             RunResult(
