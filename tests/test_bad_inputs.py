@@ -87,12 +87,12 @@ def _iterative_out(tmp):
     return runner.run(iterate.demo(), RunOptions(steps=10, devices=1, out=str(tmp / "x.zarr")))
 
 
-def _mpi_until(max_steps=10, check_every="auto"):
+def _mpi_until(max_steps=10, check_every="auto", converged=None):
     from pgas.references import mpi
 
     return mpi.run_until(lambda e: e[1:-1], lambda i: i * 1.0, (10,), "float64",
-                         lambda e, reduce: reduce(e[1:-1]) < 1, max_steps, 1, pgas.Keep(),
-                         check_every=check_every)  # fmt: skip
+                         converged or (lambda e, reduce: reduce(e[1:-1]) < 1), max_steps, 1,
+                         pgas.Keep(), check_every=check_every)  # fmt: skip
 
 
 TABLE = [
@@ -140,6 +140,15 @@ TABLE = [
      errors.PgasError, "give converged (the global-view test) and local_converged"),
     ("iterative problem with --out", lambda t: _iterative_out(t), errors.PgasError,
      "writes no snapshots or checkpoints; leave --out out"),
+    ("run_until local test without reduce",
+     lambda t: explicit.run_until(_until()[0], rod(), lambda e, reduce: e[1:-1].max() < 1, 10),
+     errors.PgasError, "converged made no reduce(...) call"),
+    ("run_until local test not a scalar",
+     lambda t: explicit.run_until(_until()[0], rod(), lambda e, reduce: reduce(e[1:-1]) + e, 10),
+     errors.PgasError, "it must return a scalar boolean"),
+    ("mpi.run_until local test without reduce",
+     lambda t: _mpi_until(converged=lambda e, reduce: e[1:-1].max() < 1), errors.PgasError,
+     "converged made no reduce(...) call"),
     ("mpi.run_until max_steps zero", lambda t: _mpi_until(max_steps=0), errors.PgasError,
      "max_steps = 0: give a whole number >= 1"),
     ("mpi.run_until check_every a string", lambda t: _mpi_until(check_every="often"),

@@ -320,3 +320,29 @@ def _reduces(step, state, params, before: int) -> bool:
     start = traced_reductions()
     jax.eval_shape(lambda s, p: step(s) if p is None else step(s, p), state, params)
     return traced_reductions() > start
+
+
+def check_decision(out, reductions: int):
+    """``out``, what a local-view ``converged`` returned, checked (explicit and MPI paths).
+
+    It must have called ``reduce`` (``reductions`` > 0: one decision for every device or
+    rank, not a test of one block that would stop them at different steps) and return
+    one truth value.
+
+    >>> check_decision(np.float64(0.5) < 1.0, 1)
+    np.True_
+    """
+    if not reductions:
+        raise PgasError(
+            "converged made no reduce(...) call: a test of one block alone would stop the "
+            "devices (or ranks) at different steps; reduce over all of them, e.g. "
+            "lambda e, reduce: reduce(abs(e[1:-1]), 'max') < tol"
+        )
+    dtype = getattr(out, "dtype", None)
+    dtype = np.result_type(out) if dtype is None else np.dtype(dtype)
+    if np.shape(out) != () or dtype != np.bool_:
+        raise PgasError(
+            f"converged returned {dtype}{list(np.shape(out))}; it must return a scalar "
+            f"boolean, e.g. reduce(abs(r), 'max') < tol (a comparison of a reduction)"
+        )
+    return out

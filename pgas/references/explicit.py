@@ -51,7 +51,13 @@ from pgas.grid.mesh import platform_of
 from pgas.loop.frames import hold
 from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
 from pgas.loop.report import CommReport, compiled_report, exchanges_of
-from pgas.loop.until import Until, check_args, choose_check_every, warn_not_converged
+from pgas.loop.until import (
+    Until,
+    check_args,
+    check_decision,
+    choose_check_every,
+    warn_not_converged,
+)
 
 __all__ = [
     "exchange_halo",
@@ -362,6 +368,7 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
     mask = layout.window_mask(window.start, window.extent, widths, block=numbers)
 
     def reduce(values, op: str = "sum"):
+        reduce.calls += 1
         if op not in _IDENTITY:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_IDENTITY)}")
         values = jnp.asarray(values)
@@ -377,6 +384,7 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
             return local
         return {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}[op](local, axes)
 
+    reduce.calls = 0
     return reduce
 
 
@@ -421,7 +429,9 @@ def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: t
 
         def check(b):
             e = _extended(b, layout, widths, numbers)
-            return jnp.asarray(call(converged, e.reshape(e.shape[1::2]), reduce), jnp.bool_)
+            before = reduce.calls
+            out = call(converged, e.reshape(e.shape[1::2]), reduce)
+            return jnp.asarray(check_decision(out, reduce.calls - before), jnp.bool_)
 
         def cond(c):
             return jnp.logical_and(jnp.logical_not(c[2]), c[1] + every <= max_steps)

@@ -24,7 +24,7 @@ import numpy as np
 
 from pgas.errors import PgasError
 from pgas.grid import schedule
-from pgas.loop.until import check_args, choose_check_every, warn_not_converged
+from pgas.loop.until import check_args, check_decision, choose_check_every, warn_not_converged
 from pgas.references.mpi.collectives import gather as gather_to_root
 from pgas.references.mpi.exchange import MessageCounter, exchange
 from pgas.references.mpi.loop import RunResult, _Block, _initialize, _setup, _update_bounds, plan
@@ -194,7 +194,8 @@ def run_until(
         def check() -> bool:
             e, _ = block.view(halo)
             exchange(e, grid, halo, faces, counter)
-            return bool(test(e, reduce))
+            before = reduce.calls
+            return bool(check_decision(test(e, reduce), reduce.calls - before))
 
         grid.comm.Barrier()
         start = MPI.Wtime()
