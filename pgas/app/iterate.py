@@ -59,15 +59,11 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
              gather: bool) -> Result:  # fmt: skip
     import jax
 
-    from pgas.app.runner import build, final_checksum, mesh_for
-    from pgas.globalview.array import from_function
+    from pgas.app.runner import build, build_params, final_checksum, mesh_for
     from pgas.io.blocks import host_blocks
 
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
-    params = None
-    if problem.params is not None:  # read-only: built once, never donated
-        params = from_function(problem.params, problem.shape, mesh, dtype=problem.dtype,
-                               boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+    params = build_params(problem, mesh)  # read-only: built once, never donated
     k = opts.steps_per_exchange
     warm = backend.run_until(problem, build(problem, mesh), opts.steps, k, params=params)
     jax.block_until_ready(warm.state)  # compiled: the timed run below reuses the program

@@ -48,7 +48,8 @@ from pgas.app.results import Result
 from pgas.errors import PgasError
 from pgas.loop.plan import Plan
 
-__all__ = ["run", "build", "mesh_for", "chunk_length", "scratch_store", "final_checksum"]
+__all__ = ["run", "build", "build_params", "mesh_for", "chunk_length", "scratch_store",
+           "final_checksum"]
 
 
 def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
@@ -73,6 +74,21 @@ def build(problem: Problem, mesh):
     from pgas.globalview.array import from_function
 
     return from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
+                         boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+
+
+def build_params(problem: Problem, mesh):
+    """The read-only field of ``problem.params`` on ``mesh`` (laid out as the state), or None.
+
+    >>> from pgas.app.problem import demo
+    >>> build_params(demo(), mesh_for(demo(), 1)) is None
+    True
+    """
+    if problem.params is None:
+        return None
+    from pgas.globalview.array import from_function
+
+    return from_function(problem.params, problem.shape, mesh, dtype=problem.dtype,
                          boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
 
 

@@ -544,10 +544,13 @@ def run_until(
         ``.check_every``, ``.plan`` and ``.note``.
 
     Raises:
-        PgasError: a bad ``max_steps``, ``check_every`` or ``params``.
+        PgasError: a bad ``max_steps``, ``check_every`` or ``params``; a
+            ``converged`` that does not reduce or returns more than one value.
 
     Warns:
-        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held.
+        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held
+            (inside ``jax.jit``, where ``steps_taken`` and ``converged`` are
+            traced, it cannot warn).
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0]), pgas.make_mesh(devices=1),
@@ -567,6 +570,8 @@ def run_until(
                              how.steps_per_exchange, every, int(max_steps), tree,
                              fields)  # fmt: skip
     block, n, done = compiled(u.data, *leaves)
+    if any(isinstance(x, jax.core.Tracer) for x in (u.data, *leaves)):  # inside jax.jit
+        return Until(GlobalArray(block, u.layout), n, done, every, how, note)
     n, done = int(n), bool(done)
     if not done:
         warn_not_converged(max_steps, every)

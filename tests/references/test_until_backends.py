@@ -175,3 +175,13 @@ def test_mpi_jacobi_same_steps_and_bits_as_numpy_and_the_jax_backends(name):
     assert expl.converged == auto.converged == meta["converged"] == (not meta["warned"])
     np.testing.assert_array_equal(expl.state.to_numpy(), fields[name])
     np.testing.assert_array_equal(auto.state.to_numpy(), fields[name])
+
+
+def test_explicit_inside_jit_gives_the_same_steps_and_bits():
+    mesh = pgas.make_mesh(("y", "x"), shape=(3, 1), devices=3)
+    run = jax.jit(lambda u, f: explicit.run_until(kernel, u, converged, 2000, check_every=8,
+                                                  params=f))  # fmt: skip
+    out = run(field(np.zeros_like(F), mesh), field(F, mesh))
+    want, steps = jacobi_numpy(F, 8, 2000)
+    assert int(out.steps_taken) == steps and bool(out.converged)
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
