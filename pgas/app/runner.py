@@ -48,8 +48,15 @@ from pgas.app.results import Result
 from pgas.errors import PgasError
 from pgas.loop.plan import Plan
 
-__all__ = ["run", "build", "build_params", "mesh_for", "chunk_length", "scratch_store",
-           "final_checksum"]
+__all__ = [
+    "run",
+    "build",
+    "build_params",
+    "mesh_for",
+    "chunk_length",
+    "scratch_store",
+    "final_checksum",
+]
 
 
 def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
