@@ -40,6 +40,28 @@ def converged(e, f, reduce):
     return reduce(abs(r), "max") < TOL
 
 
+# A rod relaxing to a straight line between two fixed cells: region (2, -2), Keep or
+# Dirichlet ends; the test reads the cells the kernel writes (``reduce`` leaves the rest out).
+ROD = np.random.default_rng(5).random(29)
+REGION = (slice(2, -2),)
+RODS = {"rod_keep": "keep", "rod_dirichlet": "dirichlet"}
+
+
+def rod_kernel(e):
+    return 0.5 * (e[:-2] + e[2:])
+
+
+def rod_converged(e, reduce):
+    r = e[:-2] + e[2:] - 2 * e[1:-1]
+    return reduce(abs(r), "max") < TOL
+
+
+def rod_boundary(name: str):
+    import pgas
+
+    return pgas.Keep() if name == "keep" else pgas.Dirichlet(0.0)
+
+
 def main() -> None:
     import pgas
     from pgas.references import mpi
@@ -61,6 +83,12 @@ def main() -> None:
                           "dims": list(r.dims), "k": r.steps_per_exchange,
                           "warned": [str(w.message) for w in caught
                                      if w.category is pgas.NonConvergenceWarning]}  # fmt: skip
+        for name, bc in RODS.items():
+            r = mpi.run_until(rod_kernel, lambda i: ROD[i], ROD.shape, "float64", rod_converged,
+                              5000, 1, rod_boundary(bc), REGION, check_every=4)  # fmt: skip
+            if r.field is not None:
+                fields[name] = r.field
+            meta[name] = {"steps": r.steps, "converged": r.converged, "allreduces": r.allreduces}
         every_rank = mpi.MPI.COMM_WORLD.gather(meta)
         if mpi.MPI.COMM_WORLD.rank == 0:
             np.savez(os.path.join(out, "fields.npz"), **fields)

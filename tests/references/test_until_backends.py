@@ -185,3 +185,29 @@ def test_explicit_inside_jit_gives_the_same_steps_and_bits():
     want, steps = jacobi_numpy(F, 8, 2000)
     assert int(out.steps_taken) == steps and bool(out.converged)
     np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+
+def rod_numpy(x: np.ndarray, check_every: int, max_steps: int = 5000):
+    """The rod of until_cases: x[2:-2] relaxes between x[1] and x[-2]."""
+    x, n = x.copy(), 0
+    while n < max_steps:
+        for _ in range(check_every):
+            x[2:-2] = 0.5 * (x[1:-3] + x[3:-1])
+            n += 1
+        if np.abs(x[1:-3] + x[3:-1] - 2 * x[2:-2]).max() < TOL:
+            break
+    return x, n
+
+
+@pytest.mark.parametrize("name", list(uc.RODS))
+def test_a_region_on_every_backend_same_steps_and_bits_as_numpy(name):
+    fields, ranks = launch(3)
+    want, steps = rod_numpy(uc.ROD, 4)
+    assert ranks[0][name]["steps"] == steps and ranks[0][name]["converged"]
+    np.testing.assert_array_equal(fields[name], want)
+    mesh = pgas.make_mesh(("x",), devices=3)
+    bc = uc.rod_boundary(uc.RODS[name])
+    out = explicit.run_until(uc.rod_kernel, pgas.from_numpy(uc.ROD, mesh, boundary=bc),
+                             uc.rod_converged, 5000, region=uc.REGION, check_every=4)  # fmt: skip
+    assert out.steps_taken == steps
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
