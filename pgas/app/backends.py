@@ -79,15 +79,19 @@ class Backend(abc.ABC):
         ``params``: the read-only field of an iterative problem."""
         return None
 
-    def run_until(self, problem: Problem, u, max_steps: int, requested: int | str, *,
-                  params=None, callback: Callback | None = None, gather: bool = False):  # fmt: skip
+    def run_until(self, problem: Problem, u, max_steps: int, requested: int | str,
+                  check_every: int, *, params=None, callback: Callback | None = None,
+                  gather: bool = False):  # fmt: skip
         """Run an iterative ``problem`` until its test holds, at most ``max_steps`` steps.
 
         Args:
             problem: a problem with ``converged`` (:attr:`Problem.iterative`).
             u: its state (``None`` on :class:`Mpi`).
             max_steps: the most steps.
-            requested: ``k``, steps per exchange (an int >= 1 or ``"auto"``).
+            requested: ``k``, steps per exchange (an int >= 1 or ``"auto"``; lowered to
+                divide ``check_every``).
+            check_every: steps between tests, decided once for every backend
+                (:func:`pgas.app.iterate.check_every`).
             params: the read-only field built from ``problem.params`` (JAX backends).
             callback: on :class:`Mpi`, ``callback(steps, block)`` once, at the end.
             gather: on :class:`Mpi`, gather the final field to rank 0.
@@ -128,12 +132,12 @@ class Auto(Backend):
 
         return comm_report(problem.step, u, plan=plan, params=params)
 
-    def run_until(self, problem, u, max_steps, requested, *, params=None, callback=None,
-                  gather=False):  # fmt: skip
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
         from pgas.loop.until import run_until
 
         return run_until(problem.step, u, problem.converged, max_steps,
-                         check_every=problem.check_every, params=params,
+                         check_every=check_every, params=params,
                          steps_per_exchange=requested)  # fmt: skip
 
 
@@ -174,13 +178,13 @@ class Explicit(Backend):
         return explicit.comm_report(kernel, u, problem.halo, problem.region,
                                     steps_per_exchange=plan.steps_per_exchange)  # fmt: skip
 
-    def run_until(self, problem, u, max_steps, requested, *, params=None, callback=None,
-                  gather=False):  # fmt: skip
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
         from pgas.references import explicit
 
         return explicit.run_until(problem.kernel, u, problem.local_converged, max_steps,
                                   halo=problem.halo, region=problem.region,
-                                  check_every=problem.check_every,
+                                  check_every=check_every,
                                   steps_per_exchange=requested, params=params)  # fmt: skip
 
     def warm_up_steps(self, steps, chunk):
@@ -210,13 +214,13 @@ class Mpi(Backend):
                        callback=callback, steps_per_exchange=plan.steps_per_exchange,
                        gather=gather)  # fmt: skip
 
-    def run_until(self, problem, u, max_steps, requested, *, params=None, callback=None,
-                  gather=False):  # fmt: skip
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
         from pgas.references import mpi
 
         return mpi.run_until(problem.kernel, problem.init, problem.shape, problem.dtype,
                              problem.local_converged, max_steps, problem.halo, problem.boundary,
-                             problem.region, check_every=problem.check_every,
+                             problem.region, check_every=check_every,
                              steps_per_exchange=requested, params=problem.params,
                              callback=callback, gather=gather)  # fmt: skip
 

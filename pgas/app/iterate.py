@@ -8,10 +8,11 @@ is the most steps, and the backend's
 :func:`pgas.mpi.run_until`) after a warm-up run that compiles it (JAX
 backends). The :class:`~pgas.app.results.Result` counts the steps taken in
 ``steps`` and says whether the test held (``converged``) and how often it was
-tested (``check_every``), so ``pgas compare`` of a solver compares iterations and
-checksums. Its ``k`` and messages are those of the plan that ran; the messages
-and bytes per step are the halo exchanges of the steps (the MPI path also
-counts the one exchange of each test). Snapshots, checkpoints and restarts are
+tested (``check_every``, decided once for every backend: :func:`check_every`), so
+``pgas compare`` of a solver compares iterations and checksums. Its ``k`` and
+messages are those of the plan that ran; the messages and bytes per step are
+the halo exchanges of the steps (the MPI path also counts the one exchange of
+each test). Snapshots, checkpoints and restarts are
 not offered for these runs: the options that ask for them are refused.
 """
 
@@ -28,7 +29,24 @@ from pgas.app.problem import Problem
 from pgas.app.results import Result
 from pgas.errors import PgasError
 
-__all__ = ["run"]
+__all__ = ["run", "check_every", "CHECK_EVERY"]
+
+#: steps between tests of an iterative problem whose ``check_every`` is ``"auto"``: the
+#: same on every backend (each lowers its ``k`` to divide it), so all take the same steps
+CHECK_EVERY = 16
+
+
+def check_every(problem: Problem) -> int:
+    """Steps between tests for every backend: the problem's, or :data:`CHECK_EVERY`.
+
+    ``pgas.run_until``'s own ``"auto"`` rounds 16 to the backend's ``k``, which
+    may differ between backends; decided here once, every backend tests at the
+    same steps.
+
+    >>> check_every(demo()), CHECK_EVERY
+    (2, 16)
+    """
+    return CHECK_EVERY if problem.check_every == "auto" else int(problem.check_every)
 
 
 def run(problem: Problem, opts: RunOptions, backend: Backend, session: Session,
@@ -64,12 +82,12 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
 
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     params = build_params(problem, mesh)  # read-only: built once, never donated
-    k = opts.steps_per_exchange
-    warm = backend.run_until(problem, build(problem, mesh), opts.steps, k, params=params)
+    k, every = opts.steps_per_exchange, check_every(problem)
+    warm = backend.run_until(problem, build(problem, mesh), opts.steps, k, every, params=params)
     jax.block_until_ready(warm.state)  # compiled: the timed run below reuses the program
     u = build(problem, mesh)
     t0 = time.perf_counter()
-    out = backend.run_until(problem, u, opts.steps, k, params=params)
+    out = backend.run_until(problem, u, opts.steps, k, every, params=params)
     jax.block_until_ready(out.state)
     seconds = time.perf_counter() - t0
     report = backend.comm(problem, build(problem, mesh), out.plan, params)
@@ -105,8 +123,8 @@ def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, gather: bool)
     def keep(done: int, block: np.ndarray) -> None:
         last[:] = [block]
 
-    r = backend.run_until(problem, None, opts.steps, opts.steps_per_exchange, callback=keep,
-                          gather=gather)  # fmt: skip
+    r = backend.run_until(problem, None, opts.steps, opts.steps_per_exchange,
+                          check_every(problem), callback=keep, gather=gather)  # fmt: skip
     grid = mpi.cart_grid(problem.shape, r.dims)  # the blocks run_until built (same dims, order)
     digest = final_checksum(problem, [(grid.block(), last[0])], world, world.size)
     field = r.field if r.field is None or problem.decode is None else problem.decode(r.field)
