@@ -211,3 +211,43 @@ def test_a_region_on_every_backend_same_steps_and_bits_as_numpy(name):
                              uc.rod_converged, 5000, region=uc.REGION, check_every=4)  # fmt: skip
     assert out.steps_taken == steps
     np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+
+def test_params_a_dict_of_a_field_and_a_scalar_on_explicit_and_mpi_in_one_process():
+    from pgas.references import mpi
+
+    x0 = np.array([0.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    w = np.arange(7.0)  # a field the test reads: weights 0 at the left end
+
+    def kern(e, p):
+        return p["c"] * (e[:-2] + e[2:])
+
+    def test(e, p, reduce):
+        return reduce(abs(e[1:-1]) * (p["w"][1:-1] > 0), "max") < 0.5
+
+    want, n = x0.copy(), 0
+    while True:
+        for _ in range(2):
+            want[1:-1], n = 0.5 * (want[:-2] + want[2:]), n + 1
+        if (abs(want[1:-1]) * (w[1:-1] > 0)).max() < 0.5:
+            break
+    r = mpi.run_until(
+        kern,
+        lambda i: x0[i],
+        (7,),
+        "float64",
+        test,
+        100,
+        1,
+        pgas.Keep(),
+        check_every=2,
+        params={"c": np.float64(0.5), "w": lambda i: w[i]},
+    )
+    assert r.steps == n and r.converged and r.allreduces == n // 2
+    np.testing.assert_array_equal(r.field, want)
+    mesh = pgas.make_mesh(("x",), devices=3)
+    wf = pgas.from_numpy(w, mesh, boundary=pgas.Keep())
+    out = explicit.run_until(kern, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), test, 100,
+                             check_every=2, params={"c": 0.5, "w": wf})  # fmt: skip
+    assert out.steps_taken == n
+    np.testing.assert_array_equal(out.state.to_numpy(), want)

@@ -72,15 +72,16 @@ def _fields(params, block: _Block, grid, faces, dtype) -> Callable | None:
         keys, leaves = None, list(params)
     else:
         keys, leaves = (), [params]
-    built = []
+    built, fields = [], set()
     for i, leaf in enumerate(leaves):
         if callable(leaf):
             b = _Block(grid, block.halo, faces, [(0, 0)] * grid.ndim, block.k, dtype)
             _initialize(b, leaf, grid)
             exchange(b.ext, grid, b.rim, faces, MessageCounter())  # once: read-only
             built.append(b.ext)
+            fields.add(i)
         elif isinstance(leaf, (int, float, np.ndarray, np.generic)):
-            built.append(leaf)
+            built.append(leaf)  # passed as it is
         else:
             raise PgasError(
                 f"params[{i if keys is None or keys == () else repr(keys[i])}] is a "
@@ -90,8 +91,8 @@ def _fields(params, block: _Block, grid, faces, dtype) -> Callable | None:
 
     def fitted(shape):
         out = []
-        for x in built:
-            if isinstance(x, np.ndarray) and x.ndim == len(shape) and x.shape != shape:
+        for i, x in enumerate(built):
+            if i in fields:  # the centre of the field's block with the halo of ``shape``
                 x = x[tuple(slice((e - s) // 2, (e - s) // 2 + s) for e, s in zip(x.shape, shape))]
             out.append(x)
         if keys == ():
@@ -145,8 +146,9 @@ def run_until(
         check_every: steps between checks (>= 1, a multiple of an int
             ``steps_per_exchange``) or ``"auto"``, as :func:`pgas.run_until`.
         steps_per_exchange: ``k`` or ``"auto"`` (lowered to divide ``check_every``).
-        params: a scalar, or a read-only field given by its init function, or
-            a dict, tuple or list of them; a field reaches ``kernel`` and
+        params: a scalar or NumPy array (passed as it is), or a read-only field
+            given by its init function (a callable), or a dict, tuple or list of
+            them; a field reaches ``kernel`` and
             ``converged`` as its block with the same halo as ``e`` (exchanged
             once, before the loop).
         callback: ``callback(steps_taken, block)`` on every rank once, at the end,
