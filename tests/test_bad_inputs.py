@@ -15,9 +15,11 @@ from helpers import load_example
 import pgas
 from pgas import errors
 from pgas.io import checkpoint, dataset
+from pgas.references import explicit
 
 H = load_example("heat1d")
 L = load_example("life")
+PS = load_example("poisson")
 
 
 def mesh(n=2, names=("x",)):
@@ -67,6 +69,32 @@ def _compare_set(tmp):
                                "--devices", "1", "--steps", "2"]))  # fmt: skip
 
 
+def _until():
+    return (lambda e: e[1:-1], rod(), lambda e, reduce: reduce(e[1:-1]) < 1)
+
+
+def _half_iterative():
+    from pgas.app.problem import Problem
+
+    return Problem("half", (8,), "float32", lambda i: i * 1.0, heat, lambda e: e[1:-1],
+                   pgas.Keep(), 1, None, ("x",), converged=lambda u: pgas.max(u) < 1)  # fmt: skip
+
+
+def _iterative_out(tmp):
+    from pgas.app import iterate, runner
+    from pgas.app.options import RunOptions
+
+    return runner.run(iterate.demo(), RunOptions(steps=10, devices=1, out=str(tmp / "x.zarr")))
+
+
+def _mpi_until(max_steps=10, check_every="auto", converged=None):
+    from pgas.references import mpi
+
+    return mpi.run_until(lambda e: e[1:-1], lambda i: i * 1.0, (10,), "float64",
+                         converged or (lambda e, reduce: reduce(e[1:-1]) < 1), max_steps, 1,
+                         pgas.Keep(), check_every=check_every)  # fmt: skip
+
+
 TABLE = [
     # ---- library: meshes, arrays, views ------------------------------------------------
     ("mesh axis name twice", lambda t: pgas.make_mesh(("x", "x"), devices=2),
@@ -99,6 +127,32 @@ TABLE = [
      errors.PgasError, "'auto'"),
     ("steps_per_exchange a bool", lambda t: pgas.run(heat, rod(), 4, steps_per_exchange=True),
      errors.PgasError, "not a bool"),
+    ("run_until max_steps zero", lambda t: explicit.run_until(*_until(), 0), errors.PgasError,
+     "max_steps = 0: give a whole number >= 1"),
+    ("run_until max_steps a float", lambda t: explicit.run_until(*_until(), 10.5),
+     errors.PgasError, "max_steps = 10.5"),
+    ("run_until check_every zero", lambda t: explicit.run_until(*_until(), 10, check_every=0),
+     errors.PgasError, "check_every = 0: give a whole number >= 1, or 'auto'"),
+    ("run_until check_every not a multiple of k",
+     lambda t: explicit.run_until(*_until(), 10, check_every=6, steps_per_exchange=4),
+     errors.PgasError, "pick check_every = 8"),
+    ("iterative problem without its local test", lambda t: _half_iterative(),
+     errors.PgasError, "give converged (the global-view test) and local_converged"),
+    ("iterative problem with --out", lambda t: _iterative_out(t), errors.PgasError,
+     "writes no snapshots or checkpoints; leave --out out"),
+    ("run_until local test without reduce",
+     lambda t: explicit.run_until(_until()[0], rod(), lambda e, reduce: e[1:-1].max() < 1, 10),
+     errors.PgasError, "converged made no reduce(...) call"),
+    ("run_until local test not a scalar",
+     lambda t: explicit.run_until(_until()[0], rod(), lambda e, reduce: reduce(e[1:-1]) + e, 10),
+     errors.PgasError, "it must return a scalar boolean"),
+    ("mpi.run_until local test without reduce",
+     lambda t: _mpi_until(converged=lambda e, reduce: e[1:-1].max() < 1), errors.PgasError,
+     "converged made no reduce(...) call"),
+    ("mpi.run_until max_steps zero", lambda t: _mpi_until(max_steps=0), errors.PgasError,
+     "max_steps = 0: give a whole number >= 1"),
+    ("mpi.run_until check_every a string", lambda t: _mpi_until(check_every="often"),
+     errors.PgasError, "check_every = 'often'"),
     # ---- library: results, snapshots, checkpoints ------------------------------------
     ("result suffix", lambda t: dataset.check_writable(t / "r.csv"), dataset.OutputPathError,
      ".nc"),
@@ -132,6 +186,8 @@ TABLE = [
     ("--size malformed", CLI(L.main, "--size", "abc"), SystemExit, "HxW"),
     ("--backend mpi without mpiexec", CLI(H.main, "--backend", "mpi"), SystemExit, "mpiexec"),
     ("pgas compare --set of the wrong type", _compare_set, SystemExit, "takes a whole number"),
+    ("poisson --backend explicit with CG", CLI(PS.main, "--backend", "explicit", "--methods",
+                                                "cg"), SystemExit, "runs Jacobi only"),
 ]  # fmt: skip
 
 

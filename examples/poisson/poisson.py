@@ -3,6 +3,9 @@
     python examples/poisson/poisson.py --n 129 --devices 4
     python examples/poisson/poisson.py --n 65 --devices 4 --plot out/poisson.png --json
     python examples/poisson/poisson.py --order 33 65 129        # error against the exact u
+    python examples/poisson/poisson.py --n 33 --devices 3 --backend explicit     # Jacobi
+    mpiexec -n 3 python examples/poisson/poisson.py --n 33 --backend mpi          # Jacobi
+    pgas compare examples/poisson/poisson.py:problem --devices 3 --steps 100000 --set n=33
 
 Physics: -lap(u) = f on the unit square, u = 0 on the walls, with the
 manufactured solution u = e^x sin(pi x) sin(pi y). Numerics: the
@@ -12,6 +15,11 @@ view and run by ``pgas.run_until`` as one compiled ``while`` loop until the
 relative residual ||b - A u|| / ||b|| falls below ``--tol`` (1e-8). CG's
 state holds x, r, p and the scalar r.r; each iteration does two reductions
 (p.Ap and r.r), one scalar all-reduce each. ``--json`` prints one JSON line.
+Jacobi is also written in the local view (a kernel on a block with one halo
+cell, and the same test with a ``reduce`` helper), so it runs on
+``--backend explicit`` (``pgas.explicit.run_until``) and ``--backend mpi``
+(``pgas.mpi.run_until``, under mpiexec) with the iterations and bits of auto;
+:func:`problem` hands it to ``pgas compare``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import time
 import numpy as np
 
 import pgas
+from pgas.app.problem import Problem
 
 # ---- Physics ------------------------------------------------------------------------------
 # -lap(u) = f on [0, 1]^2, u = 0 on the walls; exact solution u = e^x sin(pi x) sin(pi y)
@@ -64,6 +73,26 @@ def jacobi_converged(tol: float, bb: float):
     return lambda u, b: residual_squared(u, b) < tol**2 * bb
 
 
+# The same Jacobi in the local view (explicit and MPI backends): ``e`` is a block with one halo
+# cell, ``b`` the same block of b; ``reduce(values)`` sums values of the block's own cells over
+# the cells the sweep writes on every device or rank (one all-reduce). Same sums in the same
+# order as the global view, so the same bits; the reduced residual only decides when to stop.
+
+
+def jacobi_kernel(e, b):
+    """One Jacobi sweep of a block: the new values of its cells."""
+    return 0.25 * (e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + b[1:-1, 1:-1])
+
+
+def local_jacobi_converged(tol: float, bb: float):
+    def converged(e, b, reduce):
+        r = b[1:-1, 1:-1] - (4 * e[1:-1, 1:-1] - (e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2]
+                                                  + e[1:-1, 2:]))  # fmt: skip
+        return reduce(r * r) < tol**2 * bb
+
+    return converged
+
+
 def cg(s):
     """One conjugate-gradient iteration; the state holds x, r, p and the scalar rr = r.r."""
     x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
@@ -83,14 +112,38 @@ def cg_converged(tol: float, bb: float):
 # ---- Initial conditions -------------------------------------------------------------------
 def fields(n: int, mesh):
     """b = h^2 f (zero on the walls) and a field maker on ``mesh``."""
-    h = 1.0 / (n - 1)
-    b = h * h * source(n)
-    b[0, :] = b[-1, :] = b[:, 0] = b[:, -1] = 0.0
+    b = rhs(n)
 
     def field(a):
         return pgas.from_numpy(a, mesh, spec=("y", "x"), boundary=pgas.Keep())
 
     return b, field
+
+
+def rhs(n: int) -> np.ndarray:
+    """b = h^2 f on the n x n points, zero on the walls."""
+    h = 1.0 / (n - 1)
+    b = h * h * source(n)
+    b[0, :] = b[-1, :] = b[:, 0] = b[:, -1] = 0.0
+    return b
+
+
+def problem(n: int = 65, tol: float = 1e-8, check_every: int = 0) -> Problem:
+    """Jacobi for every backend (``pgas compare examples/poisson/poisson.py:problem``).
+
+    ``--steps`` is the most sweeps; ``check_every = 0``: ``"auto"``.
+
+    >>> problem(9).iterative
+    True
+    """
+    b = rhs(n)
+    bb = float((b * b).sum())
+    return Problem(
+        "poisson-jacobi", (n, n), "float64", lambda i, j: np.zeros(np.broadcast(i, j).shape),
+        jacobi, jacobi_kernel, pgas.Keep(), 1, None, ("y", "x"),
+        params=lambda i, j: b[i, j], converged=jacobi_converged(tol, bb),
+        local_converged=local_jacobi_converged(tol, bb), check_every=check_every or "auto",
+    )  # fmt: skip
 
 
 def cg_state(b: np.ndarray, field):
@@ -115,11 +168,31 @@ def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) 
     out = pgas.run_until(step, _fresh(method, b, field), done, max_steps, **kw)
     seconds = time.perf_counter() - start
     u = (out.state if method == "jacobi" else out.state["x"]).to_numpy()
-    return {"method": method, "n": n, "devices": mesh.size, "iterations": out.steps_taken,
+    return {"method": method, "backend": "auto", "n": n, "devices": mesh.size,
+            "iterations": out.steps_taken,
             "converged": out.converged, "check_every": out.check_every, "seconds": seconds,
             "seconds_per_iteration": seconds / out.steps_taken,
             "relative_residual": _relative_residual(u, b),
             "error_max": float(np.abs(u - exact(n)).max())}  # fmt: skip
+
+
+def solve_on(backend: str, n: int, devices: int, tol: float = 1e-8,
+             max_steps: int = 10**6) -> dict | None:  # fmt: skip
+    """Jacobi on ``backend`` (``pgas.app.runner``: a warm-up run, then the timed one); the
+    same dict as :func:`solve`, on rank 0 of ``mpi`` (``None`` on the other ranks)."""
+    from pgas.app import runner
+    from pgas.app.options import RunOptions
+
+    opts = RunOptions(backend=backend, steps=max_steps, devices=devices, dtype="float64")
+    r = runner.run(problem(n, tol), opts, gather=True)
+    if r.field is None:
+        return None
+    u = r.field
+    return {"method": "jacobi", "backend": backend, "n": n, "devices": r.devices,
+            "iterations": r.steps, "converged": r.converged, "check_every": r.check_every,
+            "seconds": r.seconds, "seconds_per_iteration": r.seconds / r.steps,
+            "relative_residual": _relative_residual(u, rhs(n)),
+            "error_max": float(np.abs(u - exact(n)).max()), "checksum": r.checksum}  # fmt: skip
 
 
 def _fresh(method, b, field):
@@ -180,13 +253,29 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--n", type=int, default=65, help="grid points per side (walls included)")
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--tol", type=float, default=1e-8)
-    parser.add_argument("--methods", nargs="+", default=["jacobi", "cg"], choices=["jacobi", "cg"])
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=["jacobi", "cg"],
+        help="default: jacobi and cg on auto, jacobi on explicit and mpi",
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "explicit", "mpi"],
+        help="explicit and mpi (under mpiexec): Jacobi only",
+    )
     parser.add_argument("--order", type=int, nargs="+", help="sizes for the error's order (CG)")
     parser.add_argument("--plot", help="write the solution and residual histories here (PNG)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     if args.n < 3:
         parser.error(f"--n {args.n}: the grid needs at least 3 points per side")
+    if args.methods is None:
+        args.methods = ["jacobi", "cg"] if args.backend == "auto" else ["jacobi"]
+    if args.backend != "auto" and (args.methods != ["jacobi"] or args.plot):
+        parser.error(f"--backend {args.backend} runs Jacobi only, without --plot: use "
+                     f"--methods jacobi, or --backend auto for CG and pictures")  # fmt: skip
     import jax
 
     try:
@@ -194,12 +283,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except pgas.DeviceCountError:  # JAX already runs (a test, a notebook): use a subset
         pass
     jax.config.update("jax_enable_x64", True)
-    mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
     sizes = args.order or [args.n]
-    runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
+    if args.backend == "auto":
+        mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
+        runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
+    else:  # on mpi, rank 0 reports
+        runs = [solve_on(args.backend, n, args.devices, args.tol) for n in sizes]
+        if None in runs:
+            return []
     for r in runs:
         if not args.json:
-            print(f"{r['method']:>6} n = {r['n']:>4}: {r['iterations']:>7} iterations "
+            print(f"{r['method']:>6} n = {r['n']:>4} on {r['backend']}: {r['iterations']:>7} "
+                  f"iterations "
                   f"(converged {r['converged']}), {r['seconds']:.3f} s, "
                   f"residual {r['relative_residual']:.2e}, error {r['error_max']:.3e}")  # fmt: skip
     if args.order and len(sizes) > 1 and not args.json:

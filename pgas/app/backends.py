@@ -74,9 +74,33 @@ class Backend(abc.ABC):
             callback: Callback | None = None):  # fmt: skip
         """Run ``steps`` steps of ``plan``, calling ``callback(done, state)`` after each chunk."""
 
-    def comm(self, problem: Problem, u, plan: Plan):
-        """The :class:`pgas.CommReport` of ``plan`` (``None``: the run counts its messages)."""
+    def comm(self, problem: Problem, u, plan: Plan, params=None):
+        """The :class:`pgas.CommReport` of ``plan`` (``None``: the run counts its messages);
+        ``params``: the read-only field of an iterative problem."""
         return None
+
+    def run_until(self, problem: Problem, u, max_steps: int, requested: int | str,
+                  check_every: int, *, params=None, callback: Callback | None = None,
+                  gather: bool = False):  # fmt: skip
+        """Run an iterative ``problem`` until its test holds, at most ``max_steps`` steps.
+
+        Args:
+            problem: a problem with ``converged`` (:attr:`Problem.iterative`).
+            u: its state (``None`` on :class:`Mpi`).
+            max_steps: the most steps.
+            requested: ``k``, steps per exchange (an int >= 1 or ``"auto"``; lowered to
+                divide ``check_every``).
+            check_every: steps between tests, decided once for every backend
+                (:func:`pgas.app.iterate.check_every`).
+            params: the read-only field built from ``problem.params`` (JAX backends).
+            callback: on :class:`Mpi`, ``callback(steps, block)`` once, at the end.
+            gather: on :class:`Mpi`, gather the final field to rank 0.
+
+        Returns:
+            A :class:`pgas.Until` (JAX backends; its ``plan`` is what ran), or a
+            :class:`pgas.mpi.RunResult` (:class:`Mpi`).
+        """
+        raise PgasError(f"backend {self.name!r} does not run iterative problems (run_until)")
 
     def warm_up_steps(self, steps: int, chunk: int | None) -> int:
         """Steps of a run that compiles what a timed run of ``steps`` in ``chunk`` uses."""
@@ -103,10 +127,18 @@ class Auto(Backend):
         # the runner owns u: donating it saves a copy of the field on every device
         return run(problem.step, u, steps, chunk=chunk, callback=callback, plan=plan, donate=True)
 
-    def comm(self, problem, u, plan):
+    def comm(self, problem, u, plan, params=None):
         from pgas.loop.report import comm_report
 
-        return comm_report(problem.step, u, plan=plan)
+        return comm_report(problem.step, u, plan=plan, params=params)
+
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
+        from pgas.loop.until import run_until
+
+        return run_until(problem.step, u, problem.converged, max_steps,
+                         check_every=check_every, params=params,
+                         steps_per_exchange=requested)  # fmt: skip
 
 
 class Explicit(Backend):
@@ -137,11 +169,23 @@ class Explicit(Backend):
             raise
         return u
 
-    def comm(self, problem, u, plan):
+    def comm(self, problem, u, plan, params=None):
         from pgas.references import explicit
 
-        return explicit.comm_report(problem.kernel, u, problem.halo, problem.region,
+        kernel = problem.kernel
+        if params is not None:  # the read-only field's block in the report: its exchange is
+            kernel = lambda e, k=kernel: k(e, e)  # noqa: E731 - once per run, not per step
+        return explicit.comm_report(kernel, u, problem.halo, problem.region,
                                     steps_per_exchange=plan.steps_per_exchange)  # fmt: skip
+
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
+        from pgas.references import explicit
+
+        return explicit.run_until(problem.kernel, u, problem.local_converged, max_steps,
+                                  halo=problem.halo, region=problem.region,
+                                  check_every=check_every,
+                                  steps_per_exchange=requested, params=params)  # fmt: skip
 
     def warm_up_steps(self, steps, chunk):
         return min(1, steps)  # one program for every step count (the trip count is traced)
@@ -169,6 +213,16 @@ class Mpi(Backend):
                        problem.halo, problem.boundary, problem.region, chunk=chunk,
                        callback=callback, steps_per_exchange=plan.steps_per_exchange,
                        gather=gather)  # fmt: skip
+
+    def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
+                  callback=None, gather=False):  # fmt: skip
+        from pgas.references import mpi
+
+        return mpi.run_until(problem.kernel, problem.init, problem.shape, problem.dtype,
+                             problem.local_converged, max_steps, problem.halo, problem.boundary,
+                             problem.region, check_every=check_every,
+                             steps_per_exchange=requested, params=problem.params,
+                             callback=callback, gather=gather)  # fmt: skip
 
 
 #: the backends by name, in the order ``pgas compare`` runs them

@@ -66,14 +66,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _report(args: argparse.Namespace, kwargs: dict) -> None:
+    import jax
+    import numpy as np
+
     from pgas.app.problem import load_problem
-    from pgas.app.runner import build, mesh_for
+    from pgas.app.runner import build, build_params, mesh_for
     from pgas.loop.report import comm_report
 
     problem = load_problem(args.source, **kwargs)
+    if np.dtype(problem.dtype).itemsize == 8:  # a float64 problem needs 64-bit JAX
+        jax.config.update("jax_enable_x64", True)
     k = args.steps_per_exchange
-    report = comm_report(problem.step, build(problem, mesh_for(problem, args.devices)),
-                              shardy=args.shardy, steps_per_exchange=k)  # fmt: skip
+    mesh = mesh_for(problem, args.devices)
+    report = comm_report(problem.step, build(problem, mesh), shardy=args.shardy,
+                         steps_per_exchange=k, params=build_params(problem, mesh))  # fmt: skip
     print(report)
     if args.shardy:
         print(report.stablehlo)

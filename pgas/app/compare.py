@@ -140,6 +140,8 @@ def compare(
 
     chosen = [get(b) for b in backends]
     problem = load_problem(source, **kwargs)
+    if np.dtype(problem.dtype).itemsize == 8:  # a float64 problem needs 64-bit JAX
+        jax.config.update("jax_enable_x64", True)
     results = []
     for backend in chosen:
         if backend.launched:

@@ -54,6 +54,19 @@ class Problem:
             checksums, diagnostics and output; ``None``: stored values are cells.
         cell_shape: the shape of the decoded field (default ``shape``): what a
             run reports and cell updates per second count.
+        params: ``params(*global_index_arrays) -> values``: a read-only field
+            (Jacobi's right-hand side) that ``step``, ``kernel`` and the tests
+            also read, as their second argument (``step(u, b)``, ``kernel(e, b)``,
+            ``b`` with the same halo as ``e``); iterative problems only.
+        converged: makes the problem *iterative*: a run of ``steps`` runs until
+            ``converged(u)`` (``converged(u, b)`` with ``params``) holds, at most
+            ``steps`` steps (:func:`pgas.run_until`); a global-view test such as
+            ``pgas.max(abs(r)) < tol``.
+        local_converged: the same test on a block, for the explicit and MPI
+            paths: ``local_converged(e, reduce)`` (``(e, b, reduce)`` with
+            ``params``), see :func:`pgas.explicit.run_until`.
+        check_every: steps between tests (an int >= 1, or ``"auto"``: 16 on every
+            backend, :func:`pgas.app.iterate.check_every`).
 
     >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,
     ...             None, 0, None, ("x",))
@@ -74,6 +87,27 @@ class Problem:
     bytes_per_cell: int = 0
     decode: Callable[[np.ndarray], np.ndarray] | None = None
     cell_shape: tuple[int, ...] | None = None
+    params: Callable[..., Any] | None = None
+    converged: Callable[..., Any] | None = None
+    local_converged: Callable[..., Any] | None = None
+    check_every: int | str = "auto"
+
+    def __post_init__(self) -> None:
+        if (self.converged is None) != (self.local_converged is None):
+            raise PgasError(
+                f"problem {self.name!r}: give converged (the global-view test) and "
+                f"local_converged (the same test on a block) together, or neither"
+            )
+        if self.params is not None and self.converged is None:
+            raise PgasError(
+                f"problem {self.name!r}: params (a read-only field) is for iterative problems; "
+                f"give converged and local_converged too"
+            )
+
+    @property
+    def iterative(self) -> bool:
+        """Whether a run iterates until ``converged`` holds (``steps``: the most steps)."""
+        return self.converged is not None
 
     @property
     def cells(self) -> int:

@@ -71,6 +71,9 @@ class Result:
             writer or waiting for it (``seconds`` where the run wrote nothing).
         output_wait_seconds: the part of ``seconds`` spent waiting for output
             (host copies, diagnostics, a writer still busy with the last snapshot).
+        converged: for an iterative problem (:attr:`Problem.iterative`), whether
+            its test held (``steps`` is then the steps taken); ``None`` otherwise.
+        check_every: for an iterative problem, the steps between tests.
 
     >>> r = Result("auto", 1, 1, {"x": 1}, (8,), 10, 0.5, "ab")
     >>> r.cell_updates_per_second
@@ -100,6 +103,8 @@ class Result:
     diagnostics: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     compute_seconds: float | None = None
     output_wait_seconds: float = 0.0
+    converged: bool | None = None
+    check_every: int | None = None
 
     def __post_init__(self) -> None:
         if self.compute_seconds is None:
@@ -149,21 +154,30 @@ def format_table(results: Sequence[Result]) -> str:
     head = (f"{'backend':<9} {'platform':<8} {'devices/ranks':>13} {'k':>3} {'ms/step':>8} "
             f"{'Mcell/s':>8} {'msgs/step':>10} {'bytes/step':>11} {'ideal/dev':>10} "
             f"{'checksum':<17} equal")  # fmt: skip
+    iterative = any(r.converged is not None for r in results)
+    if iterative:  # the steps each backend took to converge ("!": it did not)
+        head = head.replace(f"{'checksum':<17}", f"{'steps':>8} {'checksum':<17}")
     lines = [head]
     ref = results[0].checksum if results else None
     for r in results:
         who = r.processes if _ranks(r.backend) else r.devices
+        taken = f"{r.steps - r.start_step}{'' if r.converged else '!'}"
+        taken = f"{taken:>8} " if iterative else ""
         lines.append(
             f"{r.backend:<9} {r.platform:<8} {who:>13} {r.steps_per_exchange:>3} "
             f"{1e3 * r.seconds / max(r.steps - r.start_step, 1):>8.3f} "
             f"{r.cell_updates_per_second / 1e6:>8.1f} {_per_step(r.messages_per_step):>10} "
             f"{_per_step(r.bytes_per_step):>11} {r.ideal_bytes_per_step or '-':>10} "
-            f"{r.checksum[:16]:<17} {'yes' if r.checksum == ref else 'NO'}"
+            f"{taken}{r.checksum[:16]:<17} {'yes' if r.checksum == ref else 'NO'}"
         )
     kinds = sorted({f"{r.platform}: {r.device_kind}" for r in results})
     notes = sorted({f"{r.backend}: {r.steps_per_exchange_note}" for r in results
                     if r.steps_per_exchange_note})  # fmt: skip
-    return "\n".join([*lines, *(f"  devices {k}" for k in kinds), *(f"  k {n}" for n in notes)])
+    every = sorted({r.check_every for r in results if r.check_every})
+    tests = [f"  steps: until the test held, tested every {', '.join(map(str, every))} steps "
+             f"(!: it had not held after --steps)"] if iterative else []  # fmt: skip
+    return "\n".join([*lines, *(f"  devices {k}" for k in kinds), *(f"  k {n}" for n in notes),
+                      *tests])  # fmt: skip
 
 
 def _ranks(backend: str) -> bool:

@@ -48,7 +48,15 @@ from pgas.app.results import Result
 from pgas.errors import PgasError
 from pgas.loop.plan import Plan
 
-__all__ = ["run", "build", "mesh_for", "chunk_length", "scratch_store"]
+__all__ = [
+    "run",
+    "build",
+    "build_params",
+    "mesh_for",
+    "chunk_length",
+    "scratch_store",
+    "final_checksum",
+]
 
 
 def mesh_for(problem: Problem, devices: int | None, multiprocess: bool = False):
@@ -73,6 +81,21 @@ def build(problem: Problem, mesh):
     from pgas.globalview.array import from_function
 
     return from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
+                         boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+
+
+def build_params(problem: Problem, mesh):
+    """The read-only field of ``problem.params`` on ``mesh`` (laid out as the state), or None.
+
+    >>> from pgas.app.problem import demo
+    >>> build_params(demo(), mesh_for(demo(), 1)) is None
+    True
+    """
+    if problem.params is None:
+        return None
+    from pgas.globalview.array import from_function
+
+    return from_function(problem.params, problem.shape, mesh, dtype=problem.dtype,
                          boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
 
 
@@ -205,6 +228,10 @@ def run(problem: Problem, opts: RunOptions, session: Session | None = None,
         from pgas.app.platform import describe
 
         session = Session() if backend.launched else Session(**describe())
+    if problem.iterative:  # until its test holds, at most opts.steps steps
+        from pgas.app import iterate
+
+        return iterate.run(problem, opts, backend, session, gather)
     progress = _Progress(opts.steps, opts.quiet, session.rank, problem.name)
     try:
         if backend.launched:
@@ -409,6 +436,12 @@ def _final(problem: Problem, output, pieces, comm, processes: int) -> _Final:
     diagnostics = output.diagnostics if output is not None else None
     values = diagnostics([c for _, c in decoded], reducer(comm, processes)) if diagnostics else {}
     return _Final(digest, dict(values))
+
+
+def final_checksum(problem: Problem, pieces, comm, processes: int) -> str:
+    """The checksum of the final field from this process's ``(region, block)`` pieces
+    (collective over ``comm``; see :func:`pgas.io.checksum.checksum`)."""
+    return _final(problem, None, pieces, comm, processes).checksum
 
 
 @contextlib.contextmanager

@@ -43,7 +43,14 @@ from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
 from pgas.loop.timeloop import _check_params, captured, program
 
-__all__ = ["run_until", "Until", "NonConvergenceWarning", "choose_check_every"]
+__all__ = [
+    "run_until",
+    "Until",
+    "NonConvergenceWarning",
+    "choose_check_every",
+    "check_args",
+    "warn_not_converged",
+]
 
 State = Any
 CHECK_COST_STEPS = 16  # steps per check so that a check (about one step) costs ~6% of a run
@@ -113,7 +120,11 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _check_args(max_steps, check_every, steps_per_exchange) -> None:
+def check_args(max_steps, check_every, steps_per_exchange) -> None:
+    """Refuse a bad ``max_steps``, ``check_every`` or ``steps_per_exchange`` (every backend).
+
+    >>> check_args(10, "auto", "auto")
+    """
     if not _is_int(max_steps) or max_steps < 1:
         raise PgasError(f"max_steps = {max_steps!r}: give a whole number >= 1 (the most steps "
                         f"to run before giving up)")  # fmt: skip
@@ -275,7 +286,7 @@ def run_until(
     >>> steps, u.to_numpy()
     (4, array([0. , 0.5, 0. , 0. ]))
     """
-    _check_args(max_steps, check_every, steps_per_exchange)
+    check_args(max_steps, check_every, steps_per_exchange)
     _check_params(params)
     check_state(state)
     before = traced_reductions()
@@ -297,12 +308,17 @@ def run_until(
     out, n, done = _compiled(loop)(state, params)
     n, done = int(n), bool(done)
     if not done:
-        warnings.warn(
-            f"run_until reached max_steps = {max_steps} before converged held (checked every "
-            f"{every} steps); raise max_steps, loosen the tolerance, or check the problem",
-            NonConvergenceWarning, stacklevel=2,
-        )  # fmt: skip
+        warn_not_converged(max_steps, every)
     return Until(out, n, done, every, how, note)
+
+
+def warn_not_converged(max_steps: int, every: int, stacklevel: int = 2) -> None:
+    """Warn that a run reached ``max_steps`` before converging (every backend says the same)."""
+    warnings.warn(
+        f"run_until reached max_steps = {max_steps} before converged held (checked every "
+        f"{every} steps); raise max_steps, loosen the tolerance, or check the problem",
+        NonConvergenceWarning, stacklevel=stacklevel + 1,
+    )  # fmt: skip
 
 
 def _reduces(step, state, params, before: int) -> bool:
@@ -312,3 +328,29 @@ def _reduces(step, state, params, before: int) -> bool:
     start = traced_reductions()
     jax.eval_shape(lambda s, p: step(s) if p is None else step(s, p), state, params)
     return traced_reductions() > start
+
+
+def check_decision(out, reductions: int):
+    """``out``, what a local-view ``converged`` returned, checked (explicit and MPI paths).
+
+    It must have called ``reduce`` (``reductions`` > 0: one decision for every device or
+    rank, not a test of one block that would stop them at different steps) and return
+    one truth value.
+
+    >>> check_decision(np.float64(0.5) < 1.0, 1)
+    np.True_
+    """
+    if not reductions:
+        raise PgasError(
+            "converged made no reduce(...) call: a test of one block alone would stop the "
+            "devices (or ranks) at different steps; reduce over all of them, e.g. "
+            "lambda e, reduce: reduce(abs(e[1:-1]), 'max') < tol"
+        )
+    dtype = getattr(out, "dtype", None)
+    dtype = np.result_type(out) if dtype is None else np.dtype(dtype)
+    if np.shape(out) != () or dtype != np.bool_:
+        raise PgasError(
+            f"converged returned {dtype}{list(np.shape(out))}; it must return a scalar "
+            f"boolean, e.g. reduce(abs(r), 'max') < tol (a comparison of a reduction)"
+        )
+    return out

@@ -32,6 +32,7 @@ non-periodic axis: nothing crosses the domain edge).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -50,8 +51,26 @@ from pgas.grid.mesh import platform_of
 from pgas.loop.frames import hold
 from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
 from pgas.loop.report import CommReport, compiled_report, exchanges_of
+from pgas.loop.until import (
+    Until,
+    check_args,
+    check_decision,
+    choose_check_every,
+    warn_not_converged,
+)
 
-__all__ = ["exchange_halo", "step", "run", "plan", "choose", "comm_report", "program", "region_key"]
+__all__ = [
+    "exchange_halo",
+    "step",
+    "run",
+    "run_until",
+    "plan",
+    "choose",
+    "comm_report",
+    "program",
+    "until_program",
+    "region_key",
+]
 
 Kernel = Callable[[jax.Array], jax.Array]
 
@@ -335,3 +354,225 @@ def run(
             )  # fmt: skip
     compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k, True)
     return GlobalArray(compiled(u.data, jnp.int32(steps), params), u.layout)
+
+
+# ---- run_until: iterate to convergence -----------------------------------------------------
+_IDENTITY = {"sum": 0, "max": -np.inf, "min": np.inf}
+
+
+def _reducer(layout: Layout, window, widths, numbers) -> Callable:
+    """``reduce(values, op)``: ``values`` of the block's cells reduced over the cells the
+    kernel writes (region minus ``Keep`` cells, no padding) on every device: one all-reduce."""
+    axes = tuple(name for name in layout.spec if name is not None)
+    numbers = [b.reshape(()) for b in numbers]
+    mask = layout.window_mask(window.start, window.extent, widths, block=numbers)
+
+    def reduce(values, op: str = "sum"):
+        reduce.calls += 1
+        if op not in _IDENTITY:
+            raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_IDENTITY)}")
+        values = jnp.asarray(values)
+        blocks = values.reshape(tuple(x for n in values.shape for x in (1, n)))
+        if mask is not None:
+            fill = _IDENTITY[op]
+            if not jnp.issubdtype(values.dtype, jnp.floating) and op != "sum":
+                info = jnp.iinfo(values.dtype)
+                fill = info.min if op == "max" else info.max
+            blocks = jnp.where(mask, blocks, jnp.asarray(fill, values.dtype))
+        local = getattr(jnp, op)(blocks)
+        if not axes:
+            return local
+        return {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}[op](local, axes)
+
+    reduce.calls = 0
+    return reduce
+
+
+def _fit(ext: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The centre of an extended block ``ext`` with ``shape`` (a narrower halo)."""
+    cut = tuple(slice((e - s) // 2, (e - s) // 2 + s) for e, s in zip(ext.shape, shape))
+    return ext[cut]
+
+
+@functools.lru_cache(maxsize=32)
+def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: tuple,
+                  region_key, k: int, every: int, max_steps: int, tree=None,
+                  fields: tuple = ()) -> Callable:  # fmt: skip
+    """The compiled program of :func:`run_until`: ``(block, *params) -> (block, steps, done)``.
+
+    ``tree`` is the structure of ``params`` (``None``: no params) and ``fields`` the layout
+    of each leaf that is a field (``None`` for a scalar); fields get their halo once.
+    """
+    region = None if region_key is None else tuple(slice(*r) for r in region_key)
+    window = normalize_index(region if region is not None else (), layout.shape)
+    deep = tuple(k * h for h in widths)
+
+    def loop(block, *leaves):
+        numbers = _block_numbers(layout)
+        ext = [_extended(x, lay, deep, numbers) if lay is not None else x
+               for x, lay in zip(leaves, fields)]  # fmt: skip
+        ext = [x.reshape(x.shape[1::2]) if lay is not None else x for x, lay in zip(ext, fields)]
+
+        def call(fn, e, *more):
+            if tree is None:
+                return fn(e, *more)
+            fitted = [_fit(x, e.shape) if lay is not None else x for x, lay in zip(ext, fields)]
+            return fn(e, jax.tree.unflatten(tree, fitted), *more)
+
+        group = _local_update(lambda e: call(kernel, e), layout, widths, region, k)
+        single = _local_update(lambda e: call(kernel, e), layout, widths, region, 1)
+        reduce = _reducer(layout, window, widths, numbers)
+
+        def advance(b, n: int):  # n static: whole groups of k, then single steps
+            b = jax.lax.fori_loop(0, n // k, lambda i, x: group(x, i), b)
+            return jax.lax.fori_loop(0, n % k, lambda i, x: single(x, i), b)
+
+        def check(b):
+            e = _extended(b, layout, widths, numbers)
+            before = reduce.calls
+            out = call(converged, e.reshape(e.shape[1::2]), reduce)
+            return jnp.asarray(check_decision(out, reduce.calls - before), jnp.bool_)
+
+        def cond(c):
+            return jnp.logical_and(jnp.logical_not(c[2]), c[1] + every <= max_steps)
+
+        def body(c):
+            b = advance(c[0], every)
+            return b, c[1] + every, check(b)
+
+        zero = jnp.zeros((), jnp.int32)
+        out = jax.lax.while_loop(cond, body, (block, zero, jnp.zeros((), jnp.bool_)))
+        rest = max_steps % every
+        if rest:
+            out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
+        return out
+
+    spec = PartitionSpec(*layout.spec)
+    specs = (spec,) + tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
+                            for lay in fields)  # fmt: skip
+    sharded = shard_map(loop, mesh=layout.mesh, in_specs=specs,
+                        out_specs=(spec, PartitionSpec(), PartitionSpec()))  # fmt: skip
+    return jax.jit(sharded, donate_argnums=0)
+
+
+def _tail(advance: Callable, check: Callable, rest: int) -> Callable:
+    def tail(c):
+        b = advance(c[0], rest)
+        return b, c[1] + rest, check(b)
+
+    return tail
+
+
+def _split_params(params, layout: Layout):
+    """``params`` as (structure, leaves, layout of each field leaf or ``None``), checked."""
+    if params is None:
+        return None, [], ()
+    found, tree = jax.tree_util.tree_flatten_with_path(
+        params, is_leaf=lambda x: isinstance(x, GlobalArray)
+    )
+    leaves, fields = [], []
+    for path, leaf in found:
+        where = f"params{jax.tree_util.keystr(path)}"
+        if isinstance(leaf, GlobalArray):
+            if not leaf.layout.same_grid(layout):
+                raise PgasError(
+                    f"{where} has shape {leaf.shape} split {leaf.layout.spec} over "
+                    f"{dict(leaf.layout.mesh.shape)}; a field in params must be split like the "
+                    f"state ({layout.shape} split {layout.spec}): build it on the same mesh"
+                )  # fmt: skip
+            leaves.append(leaf.data)
+            fields.append(leaf.layout)
+        elif isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float)):
+            leaves.append(jnp.asarray(leaf))
+            fields.append(None)
+        else:
+            raise PgasError(
+                f"{where} is a {type(leaf).__name__}; params hold scalars, JAX arrays and "
+                f"pgas.GlobalArrays (read-only fields): pass other settings by closure"
+            )  # fmt: skip
+    return jax.tree.structure(jax.tree.unflatten(tree, [0] * len(leaves))), leaves, tuple(fields)
+
+
+def run_until(
+    kernel: Kernel,
+    u: GlobalArray,
+    converged: Callable,
+    max_steps: int,
+    *,
+    halo: int | Sequence[int] = 1,
+    region=None,
+    check_every: int | str = "auto",
+    steps_per_exchange: int | str = "auto",
+    params=None,
+):
+    """Run the local ``kernel`` until ``converged`` holds: one ``shard_map`` + ``while_loop``.
+
+    The explicit twin of :func:`pgas.run_until`: every ``check_every`` steps
+    (deep halos between checks, as :func:`run`) the halo of ``u`` is exchanged
+    once (``halo`` wide) and ``converged(e, reduce)`` runs on every device,
+    ``e`` the block with its halo; ``reduce(values, op="sum")`` reduces
+    ``values`` of the block's own cells (``e[1:-1]`` for halo 1) over the
+    cells the kernel writes (``region`` minus ``Keep`` cells, no padding) on
+    all devices, one all-reduce (``psum``/``pmax``/``pmin``) per call. The loop
+    stops at the first check that holds, or after ``max_steps`` steps: the
+    same ``steps_taken`` as :func:`pgas.run_until` with the same
+    ``check_every``, and the field bitwise equal to ``run(kernel, u,
+    steps_taken)``. The reductions are not bitwise equal across backends or
+    decompositions (another order of the sum): they only decide when to stop.
+
+    Args:
+        kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``.
+        u: the field (its buffer is donated; use the result).
+        converged: ``converged(e, reduce) -> bool`` (``converged(e, p, reduce)``
+            with ``params``), written with operators NumPy and ``jax.numpy``
+            share, so that :func:`pgas.mpi.run_until` runs the same function.
+        max_steps: the most steps to run (>= 1).
+        halo: halo width per axis (an int for all).
+        region: window the kernel writes (NumPy slices in global coordinates).
+        check_every: steps between checks (>= 1, a multiple of an int
+            ``steps_per_exchange``) or ``"auto"``
+            (:func:`pgas.loop.until.choose_check_every`).
+        steps_per_exchange: ``k`` or ``"auto"``; with ``"auto"`` lowered to
+            divide ``check_every``.
+        params: a pytree of scalars, JAX arrays and read-only
+            :class:`pgas.GlobalArray` fields split like ``u``; a field reaches
+            the kernel and ``converged`` as its block with the same halo as
+            ``e`` (exchanged once, before the loop).
+
+    Returns:
+        A :class:`pgas.Until` ``(field, steps_taken)`` with ``.converged``,
+        ``.check_every``, ``.plan`` and ``.note``.
+
+    Raises:
+        PgasError: a bad ``max_steps``, ``check_every`` or ``params``; a
+            ``converged`` that does not reduce or returns more than one value.
+
+    Warns:
+        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held
+            (inside ``jax.jit``, where ``steps_taken`` and ``converged`` are
+            traced, it cannot warn).
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0]), pgas.make_mesh(devices=1),
+    ...                     boundary=pgas.Keep())
+    >>> out = run_until(lambda e: 0.5 * (e[:-2] + e[2:]), u,
+    ...                 lambda e, reduce: reduce(abs(e[1:-1]), "max") < 1.0, 100, check_every=2)
+    >>> out.steps_taken, out.state.to_numpy()
+    (4, array([0. , 0.5, 0. , 0. ]))
+    """
+    check_args(max_steps, check_every, steps_per_exchange)
+    widths = _widths(u.layout, halo)
+    tree, leaves, fields = _split_params(params, u.layout)
+    k = choose(u, halo, steps_per_exchange).steps_per_exchange
+    every, note = choose_check_every(check_every, k, False)
+    how = plan(u, halo, math.gcd(every, k))
+    compiled = until_program(kernel, converged, u.layout, widths, region_key(region),
+                             how.steps_per_exchange, every, int(max_steps), tree,
+                             fields)  # fmt: skip
+    block, n, done = compiled(u.data, *leaves)
+    if any(isinstance(x, jax.core.Tracer) for x in (u.data, *leaves)):  # inside jax.jit
+        return Until(GlobalArray(block, u.layout), n, done, every, how, note)
+    n, done = int(n), bool(done)
+    if not done:
+        warn_not_converged(max_steps, every)
+    return Until(GlobalArray(block, u.layout), n, done, every, how, note)

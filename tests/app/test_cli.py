@@ -79,3 +79,17 @@ def test_console_entry_point_runs_as_a_module():
     proc = subprocess.run([sys.executable, "-m", "pgas.app.cli", "--help"], capture_output=True,
                           text=True, timeout=60, check=True)  # fmt: skip
     assert "compare" in proc.stdout and "report" in proc.stdout
+
+
+POISSON = str(Path(__file__).resolve().parents[2] / "examples" / "poisson" / "poisson.py")
+
+
+def test_report_and_compare_of_an_iterative_float64_problem(capsys):
+    assert main(["report", f"{POISSON}:problem", "--devices", "3", "--set", "n=17"]) == 0
+    out = capsys.readouterr().out
+    assert "'jacobi'" in out and "collective-permute" in out and "0 all-gather" in out
+    assert main(["compare", f"{POISSON}:problem", "--steps", "100000", "--devices", "2",
+                 "--backends", "auto,explicit", "--set", "n=9"]) == 0  # fmt: skip
+    head, *rows = capsys.readouterr().out.splitlines()
+    assert head.split()[-3:] == ["steps", "checksum", "equal"]
+    assert rows[0].split()[-3] == rows[1].split()[-3] and rows[1].split()[-1] == "yes"

@@ -52,3 +52,15 @@ def test_summary_line_names_platform_kind_and_k():
     assert line.startswith("demo (1000,) float32: 100 steps on auto (4 cpu device(s) [NVIDIA H100]")
     assert "k = 4" in line and "\n" not in line
     assert summary_line(dict(d, steps_per_exchange_note="lowered")).endswith("\n  k lowered")
+
+
+def test_table_of_an_iterative_problem_shows_the_steps_taken():
+    done = Result("auto", 2, 1, {"x": 2}, (8,), 48, 0.5, "ab" * 8, converged=True, check_every=16)
+    cut = Result("mpi", 2, 2, {"x": 2}, (8,), 100, 0.5, "cd" * 8, converged=False,
+                 check_every=16)  # fmt: skip
+    lines = format_table([done, cut]).splitlines()
+    assert lines[0].split()[-3:] == ["steps", "checksum", "equal"]
+    assert lines[1].split()[-3:] == ["48", "abababababababab", "yes"]
+    assert lines[2].split()[-3:] == ["100!", "cdcdcdcdcdcdcdcd", "NO"]
+    assert "tested every 16 steps" in lines[-1]
+    assert "steps" not in format_table([Result("auto", 1, 1, {"x": 1}, (8,), 4, 1.0, "ab")])

@@ -1,5 +1,7 @@
 """examples/poisson at a tiny size: iterations against NumPy Jacobi and CG written here."""
 
+from pathlib import Path
+
 import numpy as np
 from helpers import load_example
 
@@ -65,3 +67,28 @@ def test_poisson_tiny_jacobi_and_cg_match_numpy_and_converge_at_second_order(tmp
         errors.setdefault(r["method"], []).append(r["error_max"])
     for e9, e17 in errors.values():
         assert 3.6 < e9 / e17 < 4.4  # second order: h halves, the error falls 4x
+
+
+def test_poisson_jacobi_on_every_backend_same_iterations_and_bits_as_numpy():
+    """pgas compare of the Jacobi problem: auto and explicit on 3 devices, mpi under
+    ``mpiexec -n 3`` (one launch); the field of each equals NumPy's, bit for bit."""
+    from pgas.app.compare import compare
+
+    source = f"{Path(P.__file__).resolve()}:problem"
+    results = compare(source, 10**5, devices=3, ranks=3, gather=True, n=17)
+    b, _ = numpy_problem(17)
+    every = results[0].check_every
+    n, u = jacobi_iterations(b, every)
+    assert [r.backend for r in results] == ["auto", "explicit", "mpi"]
+    for r in results:
+        assert r.converged and r.steps == n and r.check_every == every, r
+        np.testing.assert_array_equal(r.field, u)
+    assert len({r.checksum for r in results}) == 1
+
+
+def test_poisson_jacobi_example_on_the_explicit_backend():
+    (r,) = P.main(["--n", "9", "--devices", "3", "--backend", "explicit", "--json"])
+    b, exact = numpy_problem(9)
+    n, u = jacobi_iterations(b, r["check_every"])
+    assert r["backend"] == "explicit" and r["converged"] and r["iterations"] == n
+    assert r["devices"] == 3 and abs(r["error_max"] - np.abs(u - exact).max()) < 1e-12

@@ -14,13 +14,16 @@ One module per concept:
 - :mod:`pgas.mpi.collectives`: :func:`allreduce`, :func:`gather`;
 - :mod:`pgas.mpi.loop`: :func:`run`, the time loop with deep halos
   (``steps_per_exchange``), bitwise equal to a single-process NumPy loop for
-  any rank count.
+  any rank count;
+- :mod:`pgas.mpi.until`: :func:`run_until`, the same loop until a test holds
+  (one ``Allreduce`` per reduction in each check).
 """
 
 from pgas.references.mpi.collectives import allreduce, gather
 from pgas.references.mpi.exchange import MessageCounter, exchange_halo
 from pgas.references.mpi.grid import CartGrid, cart_grid, fill_local, local_coordinates  # noqa: I001, E501 - after MPI
 from pgas.references.mpi.loop import RunResult, plan, run
+from pgas.references.mpi.until import run_until
 from pgas.references.mpi.world import MPI, abort_on_error, check_world, launched, require_launcher
 
 __all__ = [
@@ -40,4 +43,5 @@ __all__ = [
     "plan",
     "require_launcher",
     "run",
+    "run_until",
 ]

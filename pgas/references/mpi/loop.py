@@ -70,6 +70,11 @@ class RunResult:
         note: why ``k`` is lower than requested (blocks too small), else ``""``.
         wall_seconds: wall time of the time loop as the caller waited for it,
             snapshot gathers and callbacks included (``seconds`` leaves them out).
+        converged: from :func:`pgas.mpi.run_until`: whether ``converged`` held at
+            the last check (``None`` from :func:`run`).
+        check_every: from :func:`pgas.mpi.run_until`: steps between checks.
+        allreduces: from :func:`pgas.mpi.run_until`: ``Allreduce`` calls of this
+            rank (one per reduction in each check).
     """
 
     field: np.ndarray | None
@@ -86,6 +91,9 @@ class RunResult:
     steps_per_exchange: int = 1
     note: str = ""
     wall_seconds: float = float("nan")
+    converged: bool | None = None
+    check_every: int | None = None
+    allreduces: int = 0
 
 
 def _update_bounds(grid: CartGrid, halo, faces, region) -> list[tuple[int, int]]:

@@ -1,0 +1,100 @@
+"""Rank-side driver for tests/references/test_until.py: Jacobi by ``pgas.mpi.run_until``.
+
+Usage: ``mpiexec -n P python until_cases.py OUT_DIR``. Every case runs in this one
+launch; rank 0 writes ``OUT_DIR/fields.npz`` (one gathered field per case) and
+``OUT_DIR/meta.json`` (steps taken, converged, check_every, all-reduces per rank).
+The kernel, the test and the right-hand side live here, without MPI imports, so
+that the test imports them for its in-process backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+TOL = 1e-6  # max |residual|: the checks' values lie far from it on both sides
+F = np.random.default_rng(1).random((15, 13)) / 14**2  # uneven over 3 ranks, either way
+
+#: name -> (dims, max_steps, check_every, steps_per_exchange)
+CASES = {
+    "rows_every8_k1": ([3, 1], 2000, 8, 1),
+    "rows_every8_k4": ([3, 1], 2000, 8, 4),
+    "cols_every6_kauto": ([1, 3], 2000, 6, "auto"),
+    "cols_auto": ([1, 3], 2000, "auto", "auto"),
+    "rows_max_steps_21": ([3, 1], 21, 8, "auto"),
+}
+
+
+def kernel(e, f):
+    """The local Jacobi sweep: ``e`` and ``f`` are blocks with a halo of one cell."""
+    return 0.25 * (e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + f[1:-1, 1:-1])
+
+
+def converged(e, f, reduce):
+    """max |b - A u| < TOL over the interior: one reduction, one all-reduce."""
+    r = e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + f[1:-1, 1:-1] - 4 * e[1:-1, 1:-1]
+    return reduce(abs(r), "max") < TOL
+
+
+# A rod relaxing to a straight line between two fixed cells: region (2, -2), Keep or
+# Dirichlet ends; the test reads the cells the kernel writes (``reduce`` leaves the rest out).
+ROD = np.random.default_rng(5).random(29)
+REGION = (slice(2, -2),)
+RODS = {"rod_keep": "keep", "rod_dirichlet": "dirichlet"}
+
+
+def rod_kernel(e):
+    return 0.5 * (e[:-2] + e[2:])
+
+
+def rod_converged(e, reduce):
+    r = e[:-2] + e[2:] - 2 * e[1:-1]
+    return reduce(abs(r), "max") < TOL
+
+
+def rod_boundary(name: str):
+    import pgas
+
+    return pgas.Keep() if name == "keep" else pgas.Dirichlet(0.0)
+
+
+def main() -> None:
+    import pgas
+    from pgas.references import mpi
+
+    out = sys.argv[1]
+    fields, meta = {}, {}
+    with mpi.abort_on_error():
+        for name, (dims, max_steps, every, k) in CASES.items():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                r = mpi.run_until(kernel, lambda i, j: np.zeros(np.shape(i)), F.shape, "float64",
+                                  converged, max_steps, 1, pgas.Keep(), dims=dims,
+                                  check_every=every, steps_per_exchange=k,
+                                  params=lambda i, j: F[i, j])  # fmt: skip
+            if r.field is not None:
+                fields[name] = r.field
+            meta[name] = {"steps": r.steps, "converged": r.converged,
+                          "check_every": r.check_every, "allreduces": r.allreduces,
+                          "dims": list(r.dims), "k": r.steps_per_exchange,
+                          "warned": [str(w.message) for w in caught
+                                     if w.category is pgas.NonConvergenceWarning]}  # fmt: skip
+        for name, bc in RODS.items():
+            r = mpi.run_until(rod_kernel, lambda i: ROD[i], ROD.shape, "float64", rod_converged,
+                              5000, 1, rod_boundary(bc), REGION, check_every=4)  # fmt: skip
+            if r.field is not None:
+                fields[name] = r.field
+            meta[name] = {"steps": r.steps, "converged": r.converged, "allreduces": r.allreduces}
+        every_rank = mpi.MPI.COMM_WORLD.gather(meta)
+        if mpi.MPI.COMM_WORLD.rank == 0:
+            np.savez(os.path.join(out, "fields.npz"), **fields)
+            with open(os.path.join(out, "meta.json"), "w") as f:
+                json.dump({"size": mpi.MPI.COMM_WORLD.size, "ranks": every_rank}, f)
+
+
+if __name__ == "__main__":
+    main()

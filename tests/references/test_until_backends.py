@@ -1,0 +1,253 @@
+"""run_until on every backend: Jacobi against a NumPy loop written here, same steps, same bits.
+
+The explicit path (``pgas.explicit.run_until``) runs in this process on 1, 3 and 4
+virtual devices; the MPI path (``pgas.mpi.run_until``) in one ``mpiexec -n 3``
+launch (tests/mpi_scripts/until_cases.py) whose cases all run in that launch.
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import pgas
+from pgas.references import explicit
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "mpi_scripts" / "until_cases.py"
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+sys.path.insert(0, str(SCRIPT.parent))
+import until_cases as uc  # noqa: E402
+
+TOL = uc.TOL
+kernel, converged, F = uc.kernel, uc.converged, uc.F
+
+
+def jacobi_numpy(f: np.ndarray, check_every: int, max_steps: int, tol: float = TOL):
+    """Jacobi from zero until max |residual| < tol, checked every ``check_every`` sweeps."""
+    u, n = np.zeros_like(f), 0
+    while n < max_steps:
+        for _ in range(min(check_every, max_steps - n)):
+            new = u.copy()
+            new[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                      + f[1:-1, 1:-1])  # fmt: skip
+            u, n = new, n + 1
+        r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] \
+            - 4 * u[1:-1, 1:-1]  # fmt: skip
+        if np.abs(r).max() < tol:
+            break
+    return u, n
+
+
+def step(u, f):
+    u[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1])
+    return u
+
+
+def auto_converged(u, f):
+    r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] - 4 * u[1:-1, 1:-1]
+    return pgas.max(abs(r)) < TOL
+
+
+def field(a, mesh):
+    return pgas.from_numpy(a, mesh, spec=("y", "x"), boundary=pgas.Keep())
+
+
+@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (3, 1)), (3, (1, 3)), (4, (2, 2))])
+@pytest.mark.parametrize("check_every, k", [(8, 1), (8, 4), (6, "auto")])
+def test_explicit_jacobi_same_steps_and_bits_as_numpy_and_auto(devices, shape, check_every, k):
+    mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
+    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 2000,
+                             check_every=check_every, steps_per_exchange=k,
+                             params=field(F, mesh))  # fmt: skip
+    want, steps = jacobi_numpy(F, check_every, 2000)
+    assert out.converged and out.steps_taken == steps and steps % check_every == 0
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, 2000,
+                          check_every=check_every, params=field(F, mesh))  # fmt: skip
+    assert auto.steps_taken == steps
+    np.testing.assert_array_equal(auto.state.to_numpy(), out.state.to_numpy())
+
+
+def test_explicit_max_steps_reached_warns_and_runs_the_rest():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    with pytest.warns(pgas.NonConvergenceWarning, match="max_steps = 21"):
+        out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 21,
+                                 check_every=8, params=field(F, mesh))  # fmt: skip
+    assert not out.converged and out.steps_taken == 21
+    np.testing.assert_array_equal(out.state.to_numpy(), jacobi_numpy(F, 8, 21)[0])
+
+
+def test_explicit_auto_check_every_as_on_the_automatic_path():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 2000,
+                             params=field(F, mesh))  # fmt: skip
+    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, 2000,
+                          params=field(F, mesh))  # fmt: skip
+    assert out.check_every == auto.check_every and out.steps_taken == auto.steps_taken
+    np.testing.assert_array_equal(auto.state.to_numpy(), out.state.to_numpy())
+
+
+def test_explicit_one_all_reduce_per_check_in_the_compiled_loop():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    u, f = field(np.zeros((12, 12)), mesh), field(np.ones((12, 12)), mesh)
+    layout = u.layout
+    prog = explicit.until_program(kernel, converged, layout, (1, 1), None, 2, 4, 100,
+                                  jax.tree.structure(0), (layout,))  # fmt: skip
+    hlo = prog.lower(u.data, f.data).compile().as_text()
+    assert hlo.count(" all-reduce(") == 1 and hlo.count(" all-gather(") == 0
+
+    def two(e, f, reduce):  # two reductions: two all-reduces
+        return (reduce(abs(e[1:-1, 1:-1]), "max") < 1) & (reduce(e[1:-1, 1:-1]) < 1)
+
+    prog = explicit.until_program(kernel, two, layout, (1, 1), None, 2, 4, 100,
+                                  jax.tree.structure(0), (layout,))  # fmt: skip
+    hlo = prog.lower(u.data, f.data).compile().as_text()
+    assert hlo.count(" all-reduce(") == 2
+
+
+def test_explicit_reduce_ignores_padding_and_kept_cells():
+    a = np.arange(15 * 13, dtype=float).reshape(15, 13)
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    seen = {}
+    for op, want in [("sum", a[1:-1, 1:-1].sum()), ("max", a[1:-1, 1:-1].max()),
+                     ("min", a[1:-1, 1:-1].min())]:  # fmt: skip
+
+        def test(e, reduce, op=op, want=want):
+            return reduce(e[1:-1, 1:-1], op) == want
+
+        out = explicit.run_until(lambda e: e[1:-1, 1:-1], field(a, mesh), test, 1, check_every=1)
+        seen[op] = out.converged
+    assert seen == {"sum": True, "max": True, "min": True}
+
+
+# ---- pgas.mpi.run_until under mpiexec -n 3 (one launch for every case) -------------------
+@functools.cache
+def launch(p: int = 3) -> tuple[dict, list]:
+    if not MPIEXEC.exists():
+        pytest.skip(f"no mpiexec next to {sys.executable}; pip install mpich")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "OMPI_", "PMIX", "HYDRA", "SLURM"))}  # fmt: skip
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    with tempfile.TemporaryDirectory(prefix="pgas_until_") as out:
+        proc = subprocess.run([str(MPIEXEC), "-n", str(p), sys.executable, str(SCRIPT), out],
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, f"mpiexec -n {p} failed:\n{proc.stdout}\n{proc.stderr}"
+        with np.load(os.path.join(out, "fields.npz")) as z:
+            fields = {k: z[k] for k in z.files}
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
+    assert meta["size"] == p
+    return fields, meta["ranks"]
+
+
+@pytest.mark.parametrize("name", list(uc.CASES))
+def test_mpi_jacobi_same_steps_and_bits_as_numpy_and_the_jax_backends(name):
+    fields, ranks = launch(3)
+    dims, max_steps, every, k = uc.CASES[name]
+    meta = ranks[0][name]
+    assert all(r[name] == meta for r in ranks)  # every rank took the same decisions
+    assert meta["dims"] == dims
+    want, steps = jacobi_numpy(F, meta["check_every"], max_steps)
+    assert meta["steps"] == steps
+    np.testing.assert_array_equal(fields[name], want)
+    checks = -(-steps // meta["check_every"])
+    assert meta["allreduces"] == checks  # one Allreduce per check (one reduction in it)
+    mesh = pgas.make_mesh(("y", "x"), shape=tuple(dims), devices=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expl = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, max_steps,
+                                  check_every=every, steps_per_exchange=k,
+                                  params=field(F, mesh))  # fmt: skip
+        auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, max_steps,
+                              check_every=every, params=field(F, mesh))  # fmt: skip
+    assert len(caught) == 2 * bool(meta["warned"])
+    assert expl.steps_taken == auto.steps_taken == steps
+    assert expl.check_every == auto.check_every == meta["check_every"]
+    assert expl.converged == auto.converged == meta["converged"] == (not meta["warned"])
+    np.testing.assert_array_equal(expl.state.to_numpy(), fields[name])
+    np.testing.assert_array_equal(auto.state.to_numpy(), fields[name])
+
+
+def test_explicit_inside_jit_gives_the_same_steps_and_bits():
+    mesh = pgas.make_mesh(("y", "x"), shape=(3, 1), devices=3)
+    run = jax.jit(lambda u, f: explicit.run_until(kernel, u, converged, 2000, check_every=8,
+                                                  params=f))  # fmt: skip
+    out = run(field(np.zeros_like(F), mesh), field(F, mesh))
+    want, steps = jacobi_numpy(F, 8, 2000)
+    assert int(out.steps_taken) == steps and bool(out.converged)
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+
+def rod_numpy(x: np.ndarray, check_every: int, max_steps: int = 5000):
+    """The rod of until_cases: x[2:-2] relaxes between x[1] and x[-2]."""
+    x, n = x.copy(), 0
+    while n < max_steps:
+        for _ in range(check_every):
+            x[2:-2] = 0.5 * (x[1:-3] + x[3:-1])
+            n += 1
+        if np.abs(x[1:-3] + x[3:-1] - 2 * x[2:-2]).max() < TOL:
+            break
+    return x, n
+
+
+@pytest.mark.parametrize("name", list(uc.RODS))
+def test_a_region_on_every_backend_same_steps_and_bits_as_numpy(name):
+    fields, ranks = launch(3)
+    want, steps = rod_numpy(uc.ROD, 4)
+    assert ranks[0][name]["steps"] == steps and ranks[0][name]["converged"]
+    np.testing.assert_array_equal(fields[name], want)
+    mesh = pgas.make_mesh(("x",), devices=3)
+    bc = uc.rod_boundary(uc.RODS[name])
+    out = explicit.run_until(uc.rod_kernel, pgas.from_numpy(uc.ROD, mesh, boundary=bc),
+                             uc.rod_converged, 5000, region=uc.REGION, check_every=4)  # fmt: skip
+    assert out.steps_taken == steps
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+
+def test_params_a_dict_of_a_field_and_a_scalar_on_explicit_and_mpi_in_one_process():
+    from pgas.references import mpi
+
+    x0 = np.array([0.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    w = np.arange(7.0)  # a field the test reads: weights 0 at the left end
+
+    def kern(e, p):
+        return p["c"] * (e[:-2] + e[2:])
+
+    def test(e, p, reduce):
+        return reduce(abs(e[1:-1]) * (p["w"][1:-1] > 0), "max") < 0.5
+
+    want, n = x0.copy(), 0
+    while True:
+        for _ in range(2):
+            want[1:-1], n = 0.5 * (want[:-2] + want[2:]), n + 1
+        if (abs(want[1:-1]) * (w[1:-1] > 0)).max() < 0.5:
+            break
+    r = mpi.run_until(
+        kern,
+        lambda i: x0[i],
+        (7,),
+        "float64",
+        test,
+        100,
+        1,
+        pgas.Keep(),
+        check_every=2,
+        params={"c": np.float64(0.5), "w": lambda i: w[i]},
+    )
+    assert r.steps == n and r.converged and r.allreduces == n // 2
+    np.testing.assert_array_equal(r.field, want)
+    mesh = pgas.make_mesh(("x",), devices=3)
+    wf = pgas.from_numpy(w, mesh, boundary=pgas.Keep())
+    out = explicit.run_until(kern, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), test, 100,
+                             check_every=2, params={"c": 0.5, "w": wf})  # fmt: skip
+    assert out.steps_taken == n
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
