@@ -104,3 +104,11 @@ def upwind2d_numpy(u, steps):
         u[1:, 1:] = (u[1:, 1:] - 0.25 * (u[1:, 1:] - u[:-1, 1:])
                      - 0.25 * (u[1:, 1:] - u[1:, :-1]))  # fmt: skip
     return u
+
+
+def advect_diffuse_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        c = u[1:, 1:-1]
+        u[1:, 1:-1] = c - 0.25 * (c - u[:-1, 1:-1]) + 0.125 * (u[1:, :-2] - 2 * c + u[1:, 2:])
+    return u

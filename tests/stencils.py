@@ -58,3 +58,9 @@ def ring(u):  # periodic upwind: every cell reads the one below, across the wrap
 def upwind2d(u):
     u[1:, 1:] = u[1:, 1:] - 0.25 * (u[1:, 1:] - u[:-1, 1:]) - 0.25 * (u[1:, 1:] - u[1:, :-1])
     return u
+
+
+def advect_diffuse(u):  # upwind along axis 0, centred along axis 1
+    c = u[1:, 1:-1]
+    u[1:, 1:-1] = c - 0.25 * (c - u[:-1, 1:-1]) + 0.125 * (u[1:, :-2] - 2 * c + u[1:, 2:])
+    return u

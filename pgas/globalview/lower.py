@@ -278,19 +278,26 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
 def filled(
     layout, widths: tuple[int, ...], sides: Sides, axis: int, later: bool = False
 ) -> dict[int, tuple[int, int]] | None:
-    """The cells worth sending across the axes extended before ``axis`` (all others with
-    ``later``): where only some of a ``widths`` wide halo is filled (``sides``), its filled
-    cells; ``None`` where every halo is whole (:data:`pgas.halo.Trim`).
+    """The cells worth sending along ``axis`` across the other extended axes
+    (:data:`pgas.halo.Trim`): of an earlier axis whose ``widths`` wide halo is only
+    partly filled (``sides``), its block and filled cells; with ``later`` (a buffer
+    whose every axis is extended, :func:`pgas.halo.refill`), of a later axis only
+    its block, as its own exchange comes after and sends the corners. ``None``:
+    nothing to cut.
 
     >>> import pgas
     >>> lay = pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout
     >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 1)
     {0: (0, 10)}
+    >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 0, later=True)
+    {1: (2, 10)}
     """
     trim = {}
     for j, (w, (lo, hi)) in enumerate(zip(widths, sides)):
-        if j != axis and (j < axis or later) and w and lo + hi < 2 * w:
+        if j < axis and w and lo + hi < 2 * w:
             trim[j] = (w - lo, w + layout.axes[j].block + hi)
+        elif j > axis and w and later:
+            trim[j] = (w, w + layout.axes[j].block)
     return trim or None
 
 

@@ -273,7 +273,7 @@ def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None,
         if w:
             data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
                           transport, sides=fill[axis],
-                          trim=filled(lay, g.ext, fill, axis, later=True))  # fmt: skip
+                          trim=filled(lay, g.ext, fill, axis, later=sides is not None))  # fmt: skip
     return data
 
 

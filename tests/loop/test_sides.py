@@ -10,8 +10,15 @@ fused multiply-adds round as NumPy does).
 
 import numpy as np
 import pytest
-from helpers import downwind_numpy, ring_numpy, two_below_numpy, upwind2d_numpy, upwind_numpy
-from stencils import C, downwind, ring, two_below, upwind, upwind2d
+from helpers import (
+    advect_diffuse_numpy,
+    downwind_numpy,
+    ring_numpy,
+    two_below_numpy,
+    upwind2d_numpy,
+    upwind_numpy,
+)
+from stencils import C, advect_diffuse, downwind, ring, two_below, upwind, upwind2d
 
 import pgas
 
@@ -78,14 +85,32 @@ def test_upwind_2d_sends_one_side_per_axis(devices, names, k):
 
 @pytest.mark.parametrize("shape, names, devices", [((61, 45), ("y", "x"), 4),
                                                    ((40, 33), ("y",), 2)])  # fmt: skip
-def test_upwind_2d_equals_numpy(shape, names, devices):
+@pytest.mark.parametrize("step, reference", [(upwind2d, upwind2d_numpy),
+                                             (advect_diffuse, advect_diffuse_numpy)])  # fmt: skip
+def test_upwind_2d_equals_numpy(shape, names, devices, step, reference):
     x0 = np.random.default_rng(7).random(shape)
     mesh = pgas.make_mesh(names, devices=devices)
-    want = upwind2d_numpy(x0, 19)
-    for k in (1, 2, "auto"):
-        out = pgas.run(upwind2d, pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0)), 19,
+    want = reference(x0, 19)
+    for k in (1, 2, 3, "auto"):  # k > 1: the double-buffered loop
+        out = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0)), 19,
                        steps_per_exchange=k)  # fmt: skip
         np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_double_buffered_loop_sends_one_side(k):
+    from pgas.loop.report import parse_collectives
+    from pgas.loop.timeloop import compiled
+
+    mesh = pgas.make_mesh(("y", "x"), devices=4)
+    u = pgas.from_numpy(np.zeros((256, 256)), mesh)
+    assert pgas.plan.plan(upwind2d, u, k).double == (k > 1)
+    permutes = {c.shape for c in parse_collectives(compiled(upwind2d, u, k).as_text(), loop=True)
+                if c.per_step and c.kind == "collective-permute"}  # fmt: skip
+    # k rows of the block up; k columns of the block and its k filled rows below, right
+    assert permutes == {f"f64[1,{k},1,128]", f"f64[1,{128 + k},1,{k}]"}
+    plan = pgas.plan.plan(advect_diffuse, u, k)
+    assert plan.sides == ((1, 0), (1, 1)) and plan.exchanged == ((k, 0), (k, k))
 
 
 def test_a_plain_assignment_sends_one_side():
