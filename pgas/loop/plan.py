@@ -227,8 +227,8 @@ class Plan:
 
     @property
     def reads(self) -> int:
-        """Cells a cell update may read: the neighbourhood of the step's reach."""
-        return math.prod(2 * w + 1 for w in self.widths or ())
+        """Cells a cell update may read: the neighbourhood of the step's reach (per side)."""
+        return math.prod(lo + hi + 1 for lo, hi in self.reach or ())
 
     @property
     def note(self) -> str:

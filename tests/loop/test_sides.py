@@ -44,6 +44,7 @@ def test_one_sided_1d_sends_one_side(name, devices, k):
     plan = pgas.plan.plan(step, u, k)
     kk = plan.steps_per_exchange
     assert plan.sides == (sides,) and plan.exchanged == ((kk * sides[0], kk * sides[1]),)
+    assert plan.reads == sum(sides) + 1
     report = pgas.comm_report(step, u, loop=True, steps_per_exchange=k)
     assert report.steps_per_exchange == kk and (kk == 1) == (k == 1)
     (permute,) = _permutes(report)  # one side, one collective-permute per exchange
