@@ -34,14 +34,6 @@ explicit and MPI paths through :func:`choose_steps_per_exchange`:
   1-D reach on more than ``2**24`` cells, where ``k = 2`` lets two sub-steps
   share a kernel.
 - ``k`` never exceeds what the smallest block holds (``block // width``).
-
-Halos per side. The reach is also recorded per side of each axis
-(:attr:`Plan.sides`: the cells a step reads below and above each block,
-through assignments that read each other's results), and a loop exchanges
-only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
-reads one cell below sends one slab of ``k`` cells, up. The frames keep their
-symmetric width (:attr:`Plan.halo`); the cells no side fills are never read
-by a block's own cells. A symmetric stencil's plan is what it always was.
 - Some steps fit only narrower frames (:class:`~pgas.errors.FrameError`): a
   constant read across an axis is extended as far as the state plus its own
   reach, so ``k`` is lowered until that fits; a periodic field reading a
@@ -50,6 +42,14 @@ by a block's own cells. A symmetric stencil's plan is what it always was.
   halo does not hold), so ``k = 1``, and a step of several dependent
   assignments of that kind runs without frames, each assignment exchanging
   its own halo. The plan's note says which.
+
+Halos per side. The reach is also recorded per side of each axis
+(:attr:`Plan.sides`: the cells a step reads below and above each block,
+through assignments that read each other's results), and a loop exchanges
+only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
+reads one cell below sends one slab of ``k`` cells, up. The frames keep their
+symmetric width (:attr:`Plan.halo`); the cells no side fills are never read
+by a block's own cells. A symmetric stencil's plan is what it always was.
 """
 
 from __future__ import annotations
