@@ -65,3 +65,50 @@ def fails_with(main, argv, capsys, *needles) -> str:
     for needle in needles:
         assert needle in err, (needle, err)
     return err
+
+
+# ---- one-sided stencils (halos per side), as tests/stencils.py writes them ----
+C = 0.5
+
+
+def upwind_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        u[1:] = u[1:] - C * (u[1:] - u[:-1])
+    return u
+
+
+def downwind_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        u[:-1] = u[:-1] - C * (u[:-1] - u[1:])
+    return u
+
+
+def two_below_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        u[2:] = u[2:] - 0.5 * (u[1:-1] - u[:-2]) - 0.25 * (u[2:] - u[1:-1])
+    return u
+
+
+def ring_numpy(u, steps):
+    for _ in range(steps):
+        u = u - C * (u - np.roll(u, 1))
+    return u
+
+
+def upwind2d_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        u[1:, 1:] = (u[1:, 1:] - 0.25 * (u[1:, 1:] - u[:-1, 1:])
+                     - 0.25 * (u[1:, 1:] - u[1:, :-1]))  # fmt: skip
+    return u
+
+
+def advect_diffuse_numpy(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        c = u[1:, 1:-1]
+        u[1:, 1:-1] = c - 0.25 * (c - u[:-1, 1:-1]) + 0.125 * (u[1:, :-2] - 2 * c + u[1:, 2:])
+    return u

@@ -29,3 +29,38 @@ def heat3d(u):
          + u[1:-1, 2:, 1:-1] + u[1:-1, 1:-1, :-2] + u[1:-1, 1:-1, 2:])  # fmt: skip
     u[1:-1, 1:-1, 1:-1] = 0.25 * u[1:-1, 1:-1, 1:-1] + 0.125 * s
     return u
+
+
+# ---- one-sided stencils (halos per side) ----
+C = 0.5  # a power of two: XLA's fused multiply-adds round as NumPy does
+
+
+def upwind(u):  # reads one cell below
+    u[1:] = u[1:] - C * (u[1:] - u[:-1])
+    return u
+
+
+def downwind(u):  # reads one cell above
+    u[:-1] = u[:-1] - C * (u[:-1] - u[1:])
+    return u
+
+
+def two_below(u):  # reads two cells below
+    u[2:] = u[2:] - 0.5 * (u[1:-1] - u[:-2]) - 0.25 * (u[2:] - u[1:-1])
+    return u
+
+
+def ring(u):  # periodic upwind: every cell reads the one below, across the wrap
+    u[...] = u - C * (u - pgas.shift(u, 1))
+    return u
+
+
+def upwind2d(u):
+    u[1:, 1:] = u[1:, 1:] - 0.25 * (u[1:, 1:] - u[:-1, 1:]) - 0.25 * (u[1:, 1:] - u[1:, :-1])
+    return u
+
+
+def advect_diffuse(u):  # upwind along axis 0, centred along axis 1
+    c = u[1:, 1:-1]
+    u[1:, 1:-1] = c - 0.25 * (c - u[:-1, 1:-1]) + 0.125 * (u[1:, :-2] - 2 * c + u[1:, 2:])
+    return u

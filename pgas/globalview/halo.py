@@ -22,6 +22,16 @@ concatenate, materialised once per exchange). Extending axis 0 and then
 axis 1 of the result sends the corners along (two-phase exchange), so a
 9- or 27-point stencil needs 2 collective-permutes per split axis.
 
+Halos per side. ``sides=(below, above)`` exchanges only the cells a stencil
+reads on each side (the innermost ``below`` / ``above`` of a ``width`` wide
+halo): a side of width 0 sends nothing, and the cells of the halo no side
+fills are zeros (:func:`extend`) or left as they are (:func:`refill`); the
+caller never lets them reach a block's own cells. ``trim`` cuts the slabs
+across the other axes to the cells filled there, so a later axis of a
+two-phase exchange sends only the filled part of the earlier axes' halos.
+Without them (or with ``sides == (width, width)`` and no ``trim``) the code
+is exactly the symmetric exchange.
+
 The explicit path (:mod:`pgas.explicit`) uses the same functions inside
 ``shard_map`` with a ``lax.ppermute`` transport and its own block number.
 """
@@ -35,10 +45,42 @@ import jax.numpy as jnp
 
 from pgas.grid.decomposition import BlockAxis
 
-__all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror", "Transport"]
+__all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror", "Transport",
+           "Trim"]  # fmt: skip
 
 Transport = Callable[[jax.Array, int], jax.Array]
 """``transport(slab, direction)``: block b receives the slab of block b - direction."""
+
+Trim = dict[int, tuple[int, int]]
+"""``{axis: (start, stop)}``: the cells along other array axes worth sending (filled)."""
+
+
+def _cut(x: jax.Array, trim: Trim | None) -> jax.Array:
+    """``x`` cut to the ``trim`` ranges of its cell axes."""
+    for axis, (start, stop) in (trim or {}).items():
+        x = _take(x, 2 * axis + 1, start, stop)
+    return x
+
+
+def _uncut(x: jax.Array, trim: Trim | None, like: jax.Array, axis: int, before: int,
+           after: int) -> jax.Array:  # fmt: skip
+    """``x`` padded with zeros back to ``like``'s shape across the trimmed axes, and by
+    ``before`` / ``after`` cells along ``axis``'s cell axis."""
+    cfg = [(0, 0, 0)] * x.ndim
+    for other, (start, stop) in (trim or {}).items():
+        cfg[2 * other + 1] = (start, like.shape[2 * other + 1] - stop, 0)
+    cfg[2 * axis + 1] = (before, after, 0)
+    if all(c == (0, 0, 0) for c in cfg):
+        return x
+    return jax.lax.pad(x, jnp.zeros((), x.dtype), cfg)
+
+
+def _starts(ndim: int, trim: Trim | None, axis: int, at) -> list:
+    start = [0] * ndim
+    for other, (lo, _) in (trim or {}).items():
+        start[2 * other + 1] = lo
+    start[2 * axis + 1] = at
+    return start
 
 
 def _take(x: jax.Array, axis: int, start: int, stop: int) -> jax.Array:
@@ -142,6 +184,8 @@ def extend(
     faces: tuple,
     block_number: jax.Array,
     transport: Transport | None = None,
+    sides: tuple[int, int] | None = None,
+    trim: Trim | None = None,
 ) -> jax.Array:
     """Add ``width`` halo cells on both sides of every block along ``axis``.
 
@@ -155,6 +199,11 @@ def extend(
         faces: ``(low, high)`` boundary conditions of the axis.
         block_number: block number, broadcastable against ``blocks``.
         transport: how slabs travel; default: the global-view shift above.
+        sides: ``(below, above)``: the halo cells exchanged on each side, at most
+            ``width`` (the innermost ones; the others are zeros); default both
+            ``width``. A side of 0 sends nothing.
+        trim: the slabs cut across other axes to these cells (:data:`Trim`);
+            the cut-off cells of the received halo are zeros.
 
     Returns:
         The extended array, ``block + 2 * width`` cells per block: block ``b``'s
@@ -169,8 +218,13 @@ def extend(
     [[5.0, 0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0, 0.0]]
     """
     ca = 2 * axis + 1
-    first, last = edges(blocks, axis, width, grid, block_number)
-    left, right = exchange(first, last, axis, grid, faces, block_number, transport)
+    if (sides is None or tuple(sides) == (width, width)) and not trim:
+        first, last = edges(blocks, axis, width, grid, block_number)
+        left, right = exchange(first, last, axis, grid, faces, block_number, transport)
+    else:
+        left, right = (_one_side(blocks, axis, w, width, grid, faces, block_number, direction,
+                                 transport, trim)
+                       for w, direction in zip(sides or (width, width), (1, -1)))  # fmt: skip
     ext = jnp.concatenate([left, blocks, right], axis=ca)
     if not grid.even:
         nb = blocks.shape[ca]
@@ -178,6 +232,21 @@ def extend(
         short = jnp.concatenate([left, body, right, pad], axis=ca)
         ext = jnp.where(block_number >= grid.extra, short, ext)
     return ext
+
+
+def _one_side(blocks, axis: int, w: int, width: int, grid: BlockAxis, faces: tuple,
+              block_number, direction: int, transport, trim: Trim | None) -> jax.Array:  # fmt: skip
+    """The ``width`` halo cells of one side: the innermost ``w`` received, zeros outside."""
+    ca = 2 * axis + 1
+    if w == 0:
+        shape = list(blocks.shape)
+        shape[ca] = width
+        return jnp.zeros(shape, blocks.dtype)
+    source = _cut(blocks, trim)
+    slab = receive(*edges(source, axis, w, grid, block_number), axis, grid, faces, block_number,
+                   direction, transport)  # fmt: skip
+    before, after = (width - w, 0) if direction == 1 else (0, width - w)
+    return _uncut(slab, trim, blocks, axis, before, after)
 
 
 def refill(
@@ -188,6 +257,8 @@ def refill(
     faces: tuple,
     block_number: jax.Array,
     transport: Transport | None = None,
+    sides: tuple[int, int] | None = None,
+    trim: Trim | None = None,
 ) -> jax.Array:
     """Exchange the ``width`` halo cells per side nearest to every block, in place.
 
@@ -195,7 +266,8 @@ def refill(
     (``(ext.shape[2 * axis + 1] - grid.block) // 2`` cells per side, laid out as
     :func:`extend` lays them out), and only the innermost ``width`` of them are
     exchanged and written back, by dynamic-update-slices XLA does in place
-    (no pass over the block). Same slabs, same collectives as :func:`extend`.
+    (no pass over the block). Same slabs, same collectives as :func:`extend`;
+    ``sides`` and ``trim`` as there (a side of 0 is left as it is).
 
     >>> import jax.numpy as jnp
     >>> from pgas.grid.boundary import Periodic
@@ -206,6 +278,9 @@ def refill(
     """
     ca = 2 * axis + 1
     have = (ext.shape[ca] - grid.block) // 2
+    if (sides is not None and tuple(sides) != (width, width)) or trim:
+        return _refill_sides(ext, axis, have, sides or (width, width), grid, faces, block_number,
+                             transport, trim)  # fmt: skip
     # each side reads the edges of the buffer as last written, so that XLA writes in place
     # (a slab computed from the buffer before the other side's write keeps a copy of it alive)
     left = receive(*edges(ext, axis, width, grid, block_number, have), axis, grid, faces,
@@ -221,6 +296,29 @@ def refill(
     short = jnp.concatenate([right, _take(tail, ca, width, width + 1)], axis=ca)
     tail = jnp.where(block_number >= grid.extra, short, long)
     return jax.lax.dynamic_update_slice_in_dim(ext, tail, end - 1, axis=ca)
+
+
+def _refill_sides(ext, axis: int, have: int, sides: tuple[int, int], grid: BlockAxis,
+                  faces: tuple, block_number, transport, trim: Trim | None):  # fmt: skip
+    """:func:`refill` of ``sides = (below, above)`` cells, slabs cut to ``trim``."""
+    ca = 2 * axis + 1
+    below, above = sides
+    if below:
+        left = receive(*edges(_cut(ext, trim), axis, below, grid, block_number, have), axis,
+                       grid, faces, block_number, 1, transport)  # fmt: skip
+        ext = jax.lax.dynamic_update_slice(ext, left, _starts(ext.ndim, trim, axis, have - below))
+    if not above:
+        return ext
+    right = receive(*edges(_cut(ext, trim), axis, above, grid, block_number, have), axis, grid,
+                    faces, block_number, -1, transport)  # fmt: skip
+    end = have + grid.block
+    if grid.even:
+        return jax.lax.dynamic_update_slice(ext, right, _starts(ext.ndim, trim, axis, end))
+    tail = _take(_cut(ext, trim), ca, end - 1, end + above)  # a long block's last cell, a pad
+    long = jnp.concatenate([_take(tail, ca, 0, 1), right], axis=ca)
+    short = jnp.concatenate([right, _take(tail, ca, above, above + 1)], axis=ca)
+    tail = jnp.where(block_number >= grid.extra, short, long)
+    return jax.lax.dynamic_update_slice(ext, tail, _starts(ext.ndim, trim, axis, end - 1))
 
 
 def refill_mirror(

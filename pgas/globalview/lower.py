@@ -32,6 +32,15 @@ the same values). Halo cells are masked by the global cell they copy, so
 windows, ``Keep`` faces and padding act on them exactly as on their owners;
 ghost cells beyond a Neumann face are re-filled after every assignment.
 
+Halos per side. A read records its offsets per side (:attr:`Read.sides`: the
+cells it reads below and above the window), and :func:`sources` exchanges only
+those (:func:`pgas.halo.extend` ``sides=``): an upwind step reading ``u[:-1]``
+for ``u[1:]`` sends one slab, up. The extended block keeps its symmetric shape
+(``widths``: the larger side), its unread side zeros that no written cell
+reads. While :func:`pgas.loop.plan.plan` probes a step, :func:`recording_sides`
+follows how far each result reaches per side (:func:`sides_of`), through
+assignments that read each other's results: what a compiled loop exchanges.
+
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
 window) is a :class:`~pgas.globalview.view.Shifted` node. :func:`evaluate`
 *collapses* it: each use computes the inner expression again from windows
@@ -68,7 +77,11 @@ from pgas.globalview.halo import extend, refill_mirror
 from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
-           "check_dtype", "blocks_of", "physical_of", "anchor_of", "holding"]  # fmt: skip
+           "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides",
+           "sides_of", "holding"]  # fmt: skip
+
+Sides = tuple[tuple[int, int], ...]
+"""Cells per axis ``(below, above)``: below is toward lower indices."""
 
 _HELD: list[dict[int, tuple[Any, Any]]] = []
 
@@ -102,10 +115,69 @@ def _held(array):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Read:
-    """An array read by an assignment, and the halo width it needs per axis."""
+    """An array read by an assignment, and the halo it needs per axis.
+
+    Attributes:
+        array: the array read.
+        widths: halo cells per axis, the larger of its two sides.
+        sides: halo cells per axis, ``(below, above)``; default ``widths`` on both.
+    """
 
     array: Any
     widths: tuple[int, ...]
+    sides: Sides | None = None
+
+    def per_side(self) -> Sides:
+        """:attr:`sides`, or ``widths`` on both sides."""
+        return self.sides or tuple((w, w) for w in self.widths)
+
+
+_BOOKS: list[dict[int, tuple[Any, Sides]]] = []
+
+
+@contextlib.contextmanager
+def recording_sides() -> Iterator[dict]:
+    """Record, while tracing a step, how far every assigned result reaches per side.
+
+    Inside the block, each assignment's new data is recorded with its reach
+    ``(below, above)`` per axis: the largest over its reads of the read array's
+    own reach plus the read's offsets, and the target's old reach (cells
+    outside the window keep their old values). Arrays never assigned reach 0.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
+    >>> with recording_sides():
+    ...     u[1:] = u[1:] - 0.5 * (u[1:] - u[:-1])
+    ...     sides_of(u.data)
+    ((1, 0),)
+    """
+    book: dict[int, tuple[Any, Sides]] = {}
+    _BOOKS.append(book)
+    try:
+        yield book
+    finally:
+        _BOOKS.remove(book)
+
+
+def sides_of(data) -> Sides | None:
+    """The reach recorded for ``data`` (:func:`recording_sides`), ``None`` if not assigned."""
+    for book in reversed(_BOOKS):
+        if id(data) in book and book[id(data)][0] is data:
+            return book[id(data)][1]
+    return None
+
+
+def _record(target, reads: list[Read], data) -> None:
+    if not _BOOKS:
+        return
+    ndim = target.layout.ndim
+    zero = ((0, 0),) * ndim
+    reach = [list(p) for p in sides_of(target.data) or zero]
+    for read in reads:
+        own = sides_of(read.array.data) or zero
+        for axis, ((a, b), (lo, hi)) in enumerate(zip(own, read.per_side())):
+            reach[axis] = [max(reach[axis][0], a + lo), max(reach[axis][1], b + hi)]
+    _BOOKS[-1][id(data)] = (data, tuple((lo, hi) for lo, hi in reach))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -181,10 +253,13 @@ def collect(target, window: Window, value: View) -> list[Read]:
                 "a view indexes other axes with integers than the window it is assigned to; "
                 "integer indices must sit on the same axes on both sides"
             )
-        offsets = [abs(s - t) for s, t in zip(leaf.window.start, window.start)]
+        offsets = [(max(t - s, 0), max(s - t, 0)) for s, t in zip(leaf.window.start,
+                                                                   window.start)]  # fmt: skip
         old = reads.get(id(leaf.array))
-        widths = tuple(offsets if old is None else map(max, old.widths, offsets))
-        reads[id(leaf.array)] = Read(leaf.array, widths)
+        if old is not None:
+            offsets = [(max(a, c), max(b, d)) for (a, b), (c, d) in zip(old.sides, offsets)]
+        sides = tuple(offsets)
+        reads[id(leaf.array)] = Read(leaf.array, tuple(max(p) for p in sides), sides)
     for read in reads.values():
         for axis, h in enumerate(read.widths):
             if h:
@@ -208,6 +283,8 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
         lay = arr.layout
         blocks = lay.to_blocks(arr.data)
         widths = tuple(h + b for h, b in zip(read.widths, base))
+        # outside frames only the sides read are exchanged (inside, a constant's whole halo)
+        sides = read.per_side() if not any(base) else tuple((h, h) for h in widths)
         for axis, h in enumerate(widths):
             if h > lay.axes[axis].min_length:  # only inside frames: collect checked the rest
                 raise FrameError(
@@ -216,7 +293,8 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
                 )
             if h:
                 blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
-                                lay.block_iota(axis))  # fmt: skip
+                                lay.block_iota(axis), sides=sides[axis],
+                                trim=filled(lay, widths, sides, axis))  # fmt: skip
         if sum(h > 0 for h in widths) > 1:
             # Keeps XLA from folding the slices of the extended block back into its pieces:
             # the stencil then reads only the extended copy and can write its result over
@@ -224,6 +302,32 @@ def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
             blocks = jax.lax.optimization_barrier(blocks)
         out[id(arr)] = Source(blocks, widths)
     return out
+
+
+def filled(
+    layout, widths: tuple[int, ...], sides: Sides, axis: int, later: bool = False
+) -> dict[int, tuple[int, int]] | None:
+    """The cells worth sending along ``axis`` across the other extended axes
+    (:data:`pgas.halo.Trim`): of an earlier axis whose ``widths`` wide halo is only
+    partly filled (``sides``), its block and filled cells; with ``later`` (a buffer
+    whose every axis is extended, :func:`pgas.halo.refill`), of a later axis only
+    its block, as its own exchange comes after and sends the corners. ``None``:
+    nothing to cut.
+
+    >>> import pgas
+    >>> lay = pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout
+    >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 1)
+    {0: (0, 10)}
+    >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 0, later=True)
+    {1: (2, 10)}
+    """
+    trim = {}
+    for j, (w, (lo, hi)) in enumerate(zip(widths, sides)):
+        if j < axis and w and lo + hi < 2 * w:
+            trim[j] = (w - lo, w + layout.axes[j].block + hi)
+        elif j > axis and w and later:
+            trim[j] = (w, w + layout.axes[j].block)
+    return trim or None
 
 
 def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int, ...]:
@@ -347,4 +451,6 @@ def assign(target, window: Window, value) -> tuple[jax.Array, tuple[int, ...] | 
     domain = domain_of(target, reads, found)
     new = evaluate(value, window, found, domain) if isinstance(value, View) else value
     reach = [max([r.widths[a] for r in reads], default=0) for a in range(target.layout.ndim)]
-    return write(target, window, new, reach, domain)
+    data, ext = write(target, window, new, reach, domain)
+    _record(target, reads, data)
+    return data, ext

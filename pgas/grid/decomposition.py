@@ -11,7 +11,7 @@ block ``b`` on a device hold exactly the cells rank ``b`` holds under
 
 :func:`dims_create` splits a device count over k mesh axes the way
 ``MPI_Dims_create`` does; :func:`halo_widths` reads a halo width given as one
-number or one per axis.
+number or one per axis, :func:`halo_sides` one also given per side of each axis.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from pgas.errors import DeviceCountError, HaloError
 
-__all__ = ["BlockAxis", "dims_create", "halo_widths"]
+__all__ = ["BlockAxis", "dims_create", "halo_widths", "halo_sides"]
 
 
 def halo_widths(halo: int | Sequence[int], ndim: int, name: str = "halo") -> tuple[int, ...]:
@@ -58,6 +58,50 @@ def halo_widths(halo: int | Sequence[int], ndim: int, name: str = "halo") -> tup
             f"of them, e.g. {name}=1 or {name}={(1,) * ndim}"
         )
     return tuple(int(h) for h in items)
+
+
+def _whole(h) -> bool:
+    return isinstance(h, (int, np.integer)) and not isinstance(h, bool) and h >= 0
+
+
+def halo_sides(halo, ndim: int, name: str = "halo") -> tuple[tuple[int, int], ...]:
+    """Ghost widths per side of each axis: ``(below, above)`` pairs.
+
+    ``halo`` is one whole number for every side, one per axis (both sides), or
+    one ``(below, above)`` pair per axis: the cells a stencil reads below
+    (lower indices) and above each block. A one-sided stencil, such as an
+    upwind step reading ``u[:-1]`` for ``u[1:]``, has ``halo=((1, 0),)``.
+
+    Args:
+        halo: as above.
+        ndim: number of array axes.
+        name: the parameter's name in the error message.
+
+    Raises:
+        HaloError: a negative or non-integer width, or the wrong number of them.
+
+    >>> halo_sides(1, 2)
+    ((1, 1), (1, 1))
+    >>> halo_sides((2, 0), 2)
+    ((2, 2), (0, 0))
+    >>> halo_sides(((1, 0), 2), 2)
+    ((1, 0), (2, 2))
+    """
+    items = [halo] * ndim if _whole(halo) else list(halo) if isinstance(halo, Sequence) else None
+    pairs = []
+    for h in items if items is not None and len(items) == ndim else ():
+        if _whole(h):
+            pairs.append((int(h), int(h)))
+        elif isinstance(h, Sequence) and len(h) == 2 and all(_whole(x) for x in h):
+            pairs.append((int(h[0]), int(h[1])))
+    if len(pairs) != ndim:
+        example = ((1, 0),) * ndim
+        raise HaloError(
+            f"{name} = {halo!r} for a {ndim}-D array: give one whole number >= 0, {ndim} of "
+            f"them (one per axis), or {ndim} (below, above) pairs of them (one per side of "
+            f"each axis), e.g. {name}=1, {name}={(1,) * ndim} or {name}={example}"
+        )
+    return tuple(pairs)
 
 
 def dims_create(count: int, ndims: int) -> tuple[int, ...]:

@@ -22,6 +22,12 @@ dynamic-update-slice that XLA fuses with the sub-step and does in place. So a
 sub-step is one pass over the block with nothing recomputed, and a device
 holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
 extended copy and an intermediate of the single-buffered group).
+
+Halos per side. ``sides`` (:attr:`pgas.loop.plan.Plan.sides`, the step's
+reach ``(below, above)`` per axis) makes every exchange send only ``k`` times
+each side's reach (:func:`pgas.halo.extend`, ``sides=``), and the slabs of a
+later axis only the filled part of the earlier axes' halos; the frames keep
+their symmetric width. ``None``: both sides, the symmetric exchange.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import jax.numpy as jnp
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill
-from pgas.globalview.lower import anchor_of, blocks_of, holding, physical_of
+from pgas.globalview.lower import anchor_of, blocks_of, filled, holding, physical_of
 from pgas.globalview.view import View
 from pgas.grid.mesh import platform_of
 
@@ -59,6 +65,11 @@ __all__ = [
 ]
 
 State = Any
+Sides = tuple[tuple[int, int], ...]
+
+
+def _scaled(sides: Sides | None, k: int) -> Sides | None:
+    return None if sides is None else tuple((k * lo, k * hi) for lo, hi in sides)
 
 
 def _is_array(x) -> bool:
@@ -116,13 +127,16 @@ def hold(mesh, halo: tuple[int, ...]) -> bool:
     return platform_of(mesh) == "cpu" or sum(h > 0 for h in halo) > 1
 
 
-def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None) -> State:
+def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
+           sides: Sides | None = None) -> State:  # fmt: skip
     """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
 
     The extended blocks are built by a concatenate, held behind an optimization
     barrier where that helps (:func:`hold`), so that the sub-steps read only
     them. ``anchor`` is a zero tied to the loop counter (see
-    :class:`pgas.GlobalArray`).
+    :class:`pgas.GlobalArray`). ``sides``: the cells exchanged ``(below, above)``
+    per axis, each at most ``halo[i]`` (the rest of the halo is zeros); default
+    all of it.
     """
 
     def one(g: GlobalArray) -> GlobalArray:
@@ -130,10 +144,13 @@ def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None)
         blocks, ext = blocks_of(g)
         if any(ext):
             raise PgasError("internal: frames() takes fields without halo")
-        for axis, h in enumerate(halo[: lay.ndim]):
+        own = tuple(halo[: lay.ndim])
+        fill = tuple((h, h) for h in own) if sides is None else tuple(sides[: lay.ndim])
+        for axis, h in enumerate(own):
             if h:
                 blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
-                                lay.block_iota(axis))  # fmt: skip
+                                lay.block_iota(axis), sides=fill[axis],
+                                trim=filled(lay, own, fill, axis))  # fmt: skip
         if hold(lay.mesh, halo[: lay.ndim]):
             blocks = jax.lax.optimization_barrier(blocks)
         return GlobalArray(blocks, lay, tuple(halo[: lay.ndim]), anchor)
@@ -164,11 +181,14 @@ def physical(state: State) -> State:
                         is_leaf=_is_array)  # fmt: skip
 
 
-def group(body: Callable, widths: tuple[int, ...] | None, k: int) -> Callable:
+def group(body: Callable, widths: tuple[int, ...] | None, k: int,
+          sides: Sides | None = None) -> Callable:  # fmt: skip
     """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``.
 
     ``widths=None`` (a step no frame can hold, see :func:`pgas.plan.plan`): one
     step on the physical fields, each assignment exchanging its own halo.
+    ``sides``: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`);
+    only ``k`` times that is exchanged.
     """
     if widths is None:
         if k != 1:
@@ -177,7 +197,7 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int) -> Callable:
 
     def group(state, counter=None):
         anchor = None if counter is None else anchor_of(counter)
-        s = frames(state, tuple(k * w for w in widths), anchor)
+        s = frames(state, tuple(k * w for w in widths), anchor, _scaled(sides, k))
         for _ in range(k):
             s = body(s)
         return cores(s)
@@ -185,11 +205,12 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int) -> Callable:
     return group
 
 
-def group_program(step: Callable, widths: tuple[int, ...] | None,
-                  k: int, params: Any = None) -> Callable[[State], State]:  # fmt: skip
+def group_program(step: Callable, widths: tuple[int, ...] | None, k: int, params: Any = None,
+                  sides: Sides | None = None) -> Callable[[State], State]:  # fmt: skip
     """One exchange and ``k`` steps, physical state in and out (what comm_report compiles);
-    ``params`` as :func:`step_fn` takes them (already :func:`read_only`)."""
-    run_group = group(step_fn(step, params), widths, k)
+    ``params`` as :func:`step_fn` takes them (already :func:`read_only`); ``sides`` as
+    :func:`group` takes them."""
+    run_group = group(step_fn(step, params), widths, k, sides)
     return lambda state: physical(run_group(blocks(state)))
 
 
@@ -244,13 +265,18 @@ def _seen(g: GlobalArray, ext: tuple[int, ...], data, anchor) -> GlobalArray:
     return GlobalArray(data, g.layout, tuple(ext), anchor)
 
 
-def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None) -> jax.Array:
-    """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged."""
+def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None,
+             sides: Sides | None = None) -> jax.Array:  # fmt: skip
+    """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged (only
+    ``sides[i]`` = ``(below, above)`` of them, when given)."""
     lay, data = g.layout, g.data
-    for axis, w in enumerate(widths[: lay.ndim]):
+    own = tuple(widths[: lay.ndim])
+    fill = tuple((w, w) for w in own) if sides is None else tuple(sides[: lay.ndim])
+    for axis, w in enumerate(own):
         if w:
             data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
-                          transport)  # fmt: skip
+                          transport, sides=fill[axis],
+                          trim=filled(lay, g.ext, fill, axis, later=sides is not None))  # fmt: skip
     return data
 
 
@@ -277,7 +303,8 @@ def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
     return jax.lax.dynamic_update_slice(buffer, data, start)
 
 
-def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None) -> Callable:
+def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None,
+                 sides: Sides | None = None) -> Callable:  # fmt: skip
     """``k`` steps on double-buffered fields: ``group((X, Y), counter) -> (X, Y)``.
 
     ``X`` holds the fields extended (:func:`framed`), ``Y`` a second buffer of
@@ -290,6 +317,8 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
     runs groups in pairs otherwise). ``transport``: how slabs travel
     (:data:`pgas.halo.Transport`; default the global-view shift). Benchmarks pass
     one that keeps each block's own slab, to time the same work without exchange.
+    ``sides``: the step's reach per side; ``k`` times it is exchanged (the groups'
+    ``k`` for a single step too, as the whole halo is), the rest stays as it is.
     """
     reach = tuple(k * w for w in widths)
 
@@ -297,7 +326,8 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         anchor = None if counter is None else anchor_of(counter)
         xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
         spare = [y.data for y in tree.flatten_up_to(pair[1])]
-        now = [_refresh(x, x.ext, transport) for x in xs]  # the whole halo: written in place
+        # the whole halo (or k * sides of it), written in place
+        now = [_refresh(x, x.ext, transport, _fill(x, widths, sides)) for x in xs]
         ext = [reach[: x.layout.ndim] for x in xs]
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
@@ -313,6 +343,15 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         return tree.unflatten(fields), tree.unflatten(others)
 
     return group
+
+
+def _fill(x: GlobalArray, widths: tuple[int, ...], sides: Sides | None) -> Sides | None:
+    """What a buffer made for ``k`` steps (``x.ext = k * widths``) exchanges for a step of
+    reach ``sides``: ``k * sides``."""
+    if sides is None:
+        return None
+    return tuple((e // w * lo, e // w * hi) if w else (0, 0)
+                 for e, w, (lo, hi) in zip(x.ext, widths, sides))  # fmt: skip
 
 
 # ---- read-only fields ---------------------------------------------------------------------

@@ -42,6 +42,14 @@ explicit and MPI paths through :func:`choose_steps_per_exchange`:
   halo does not hold), so ``k = 1``, and a step of several dependent
   assignments of that kind runs without frames, each assignment exchanging
   its own halo. The plan's note says which.
+
+Halos per side. The reach is also recorded per side of each axis
+(:attr:`Plan.sides`: the cells a step reads below and above each block,
+through assignments that read each other's results), and a loop exchanges
+only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
+reads one cell below sends one slab of ``k`` cells, up. The frames keep their
+symmetric width (:attr:`Plan.halo`); the cells no side fills are never read
+by a block's own cells. A symmetric stencil's plan is what it always was.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import numpy as np
 
 from pgas.errors import FrameError, HaloError, PgasError, whole_number
 from pgas.globalview.array import GlobalArray
+from pgas.globalview.lower import recording_sides, sides_of
 from pgas.globalview.reduce import traced_reductions
 from pgas.grid.mesh import platform_of
 from pgas.loop.frames import double_buffered, frames, step_fn
@@ -185,6 +194,8 @@ class Plan:
         double: the loop carries every field extended, in two buffers
             (:func:`pgas.loop.frames.double_group`); decided here, once, and
             only ever true at ``k > 1``.
+        sides: the step's reach per side, ``(below, above)`` per axis, each at
+            most ``widths``; ``None``: ``widths`` on both sides.
     """
 
     widths: tuple[int, ...] | None
@@ -192,6 +203,22 @@ class Plan:
     halo: tuple[int, ...]
     platform: str
     double: bool = False
+    sides: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def reach(self) -> tuple[tuple[int, int], ...] | None:
+        """The step's reach per side (``sides``, or ``widths`` on both sides); ``None``
+        for a step without frames."""
+        if self.widths is None:
+            return None
+        return self.sides or tuple((w, w) for w in self.widths)
+
+    @property
+    def exchanged(self) -> tuple[tuple[int, int], ...]:
+        """Cells exchanged per side, ``(below, above)`` per axis, once per ``k`` steps."""
+        reach = self.reach or tuple((0, 0) for _ in self.halo)
+        k = self.steps_per_exchange
+        return tuple((k * lo, k * hi) for lo, hi in reach)
 
     @property
     def steps_per_exchange(self) -> int:
@@ -200,8 +227,8 @@ class Plan:
 
     @property
     def reads(self) -> int:
-        """Cells a cell update may read: the neighbourhood of the step's reach."""
-        return math.prod(2 * w + 1 for w in self.widths or ())
+        """Cells a cell update may read: the neighbourhood of the step's reach (per side)."""
+        return math.prod(lo + hi + 1 for lo, hi in self.reach or ())
 
     @property
     def note(self) -> str:
@@ -235,6 +262,12 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
     >>> p = plan(heat, u, steps_per_exchange=4)
     >>> p.widths, p.steps_per_exchange, p.halo, p.double
     ((1,), 4, (4,), True)
+    >>> def upwind(u):
+    ...     u[1:] = u[1:] - 0.5 * (u[1:] - u[:-1])
+    ...     return u
+    >>> p = plan(upwind, u, steps_per_exchange=4)
+    >>> p.sides, p.exchanged
+    (((1, 0),), ((4, 0),))
     """
     import jax
 
@@ -279,14 +312,14 @@ def _trace(step, state, requested, double, params=None) -> Plan:
                   for i in range(ndim))  # fmt: skip
     platform = platform_of(arrays[0].layout.mesh)
     before = traced_reductions()
-    widths, held, why = _reach(step, state, probe, params)
+    widths, held, why, sides = _reach(step, state, probe, params)
     if widths is not None and traced_reductions() > before:  # a reduction inside the step
         note = (
             "k = 1, no deep halos: the step computes a reduction (one all-reduce of a "
             "scalar per step), which needs every cell of the grid up to date each step"
         )
         return Plan(tuple(widths), Choice(1, requested, note if requested != 1 else ""),
-                    (*widths,), platform)  # fmt: skip
+                    (*widths,), platform, sides=sides)  # fmt: skip
     if has_scalars(state):
         double = False  # scalars in the state: the single-buffered loop carries them
     if widths is None:  # no frame holds the step: one step per iteration, halos per assignment
@@ -299,12 +332,14 @@ def _trace(step, state, requested, double, params=None) -> Plan:
         note = f"lowered from {choice.steps_per_exchange} to {cap}: {why}"
         choice = Choice(cap, requested, note)
     k = choice.steps_per_exchange
-    return Plan(tuple(widths), choice, tuple(k * w for w in widths), platform, double and k > 1)
+    return Plan(tuple(widths), choice, tuple(k * w for w in widths), platform, double and k > 1,
+                sides)  # fmt: skip
 
 
 def _reach(step, state, probe: tuple[int, ...], params=None):
-    """``(widths, frame, why)``: the step's reach per axis, measured on the widest frame
-    (at most ``probe`` cells per axis) that holds it.
+    """``(widths, frame, why, sides)``: the step's reach per axis, measured on the widest
+    frame (at most ``probe`` cells per axis) that holds it, and per side (``None``: the
+    same on both sides, or not known).
 
     A step that reads a constant across an axis, or an array of another
     topology (:class:`~pgas.errors.FrameError`), needs narrower frames: they
@@ -313,33 +348,78 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
     """
     import jax
 
-    def measure(t: int) -> tuple[list[int], tuple[int, ...]]:
+    def measure(t: int):
         size = tuple(min(p, t) for p in probe)
-        out = jax.eval_shape(lambda s, p: step_fn(step, p)(frames(s, size)), state, params)
+        found: list = []
+
+        def probe_step(s, p):
+            with recording_sides():
+                framed = frames(s, size)
+                given = {id(g.data) for g in _leaves(framed)}
+                out = step_fn(step, p)(framed)
+                found.extend(_side_of(g, given) for g in _leaves(out))
+            return out
+
+        out = jax.eval_shape(probe_step, state, params)
         widths = [0] * len(probe)
         for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
             if isinstance(leaf, GlobalArray) and leaf.ext is not None:
                 for axis, (p, e) in enumerate(zip(size, leaf.ext)):
                     widths[axis] = max(widths[axis], p - e)
-        return widths, size
+        return widths, size, _per_side(widths, found)
+
+    def answer(measured, why):
+        widths, size, sides = measured
+        return widths, size, why, sides
 
     try:
-        return (*measure(max(probe)), "")
+        return answer(measure(max(probe)), "")
     except FrameError as err:
         why = str(err)
     high, t = max(probe), max(probe) // 2
     while t >= 1:
         try:
-            return (*measure(t), why)
+            return answer(measure(t), why)
         except FrameError as err:
             high, t, why = t, t // 2, str(err)
         except HaloError:  # narrower than the reach: try the frames between
             break
     for between in range(high - 1, t, -1):
         try:
-            return (*measure(between), why)
+            return answer(measure(between), why)
         except FrameError as err:
             why = str(err)
         except HaloError:
             continue
-    return None, None, why
+    return None, None, why, None
+
+
+def _leaves(tree) -> list[GlobalArray]:
+    import jax
+
+    return [x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, GlobalArray))
+            if isinstance(x, GlobalArray)]  # fmt: skip
+
+
+def _side_of(g: GlobalArray, given: set[int]):
+    """A result's reach per side: recorded, zero if it is a field given unchanged,
+    ``None`` if unknown (data no assignment made)."""
+    recorded = sides_of(g.data)
+    if recorded is not None:
+        return recorded
+    return ((0, 0),) * g.layout.ndim if id(g.data) in given else None
+
+
+def _per_side(widths: list[int], found: list) -> tuple[tuple[int, int], ...] | None:
+    """The reach per side over every result, each side at most ``widths``; ``None`` when
+    it is symmetric (``widths`` on both sides) or any result's is unknown."""
+    if any(f is None for f in found):
+        return None
+    sides = [[0, 0] for _ in widths]
+    for reach in found:
+        for axis, (lo, hi) in enumerate(reach):
+            sides[axis] = [max(sides[axis][0], lo), max(sides[axis][1], hi)]
+    out = tuple((lo, hi) for lo, hi in sides)
+    if any(max(p) > w for p, w in zip(out, widths)) or out == tuple((w, w) for w in widths):
+        return None  # never wider than the frames; symmetric: as it always was
+    return out

@@ -5,9 +5,11 @@ reads the optimised, partitioned HLO and lists every collective: its kind, how
 often one device runs it per step, the bytes it sends per step (the operand
 size, as the compiled program states it), and its source/target pairs. It sets
 that against the ideal halo traffic of the stencil, which pgas knows because it
-placed the halo exchanges itself: for every split axis, 2 sides x halo width x
-face x itemsize (faces of later axes include the corners of earlier ones,
-the two-phase exchange a 9- or 27-point stencil needs). With ``shardy=True`` it
+placed the halo exchanges itself: for every split axis, the halo cells of its
+two sides (the reach below plus the reach above, :attr:`pgas.loop.plan.Plan.exchanged`:
+one side for a one-sided stencil such as upwind) x face x itemsize (faces of
+later axes include the filled halo cells, the corners, of earlier ones: the
+two-phase exchange a 9- or 27-point stencil needs). With ``shardy=True`` it
 also keeps the Shardy-annotated StableHLO (``sdy.mesh``, ``sdy.sharding``)
 that JAX hands to the partitioner.
 
@@ -25,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 from pgas.globalview.array import GlobalArray
 from pgas.loop.frames import group_program, read_only, step_fn
@@ -159,8 +162,10 @@ class Exchange:
         axis: array axis.
         width: halo width (cells per side).
         parts: number of blocks along the axis (devices of its mesh axis).
-        slab_cells: cells in one slab sent in one direction by one device.
+        slab_cells: cells in one slab ``width`` wide sent in one direction by one device.
         itemsize: bytes per cell.
+        sides: cells ``(below, above)`` of the halo filled on each side; ``None``:
+            ``width`` on both.
     """
 
     axis: int
@@ -168,29 +173,51 @@ class Exchange:
     parts: int
     slab_cells: int
     itemsize: int
+    sides: tuple[int, int] | None = None
+
+    @property
+    def below_above(self) -> tuple[int, int]:
+        """Halo cells received below and above each block (:attr:`sides`, default ``width``)."""
+        return self.sides or (self.width, self.width)
 
     @property
     def ideal_bytes(self) -> int:
-        """Bytes one device must send per exchange: 2 sides x slab (0 on one block)."""
-        return 2 * self.slab_cells * self.itemsize if self.parts > 1 else 0
+        """Bytes one device must send per exchange: both sides' slabs (0 on one block).
+
+        >>> Exchange(0, 1, 4, 1, 8).ideal_bytes, Exchange(0, 1, 4, 1, 8, (1, 0)).ideal_bytes
+        (16, 8)
+        """
+        if self.parts == 1:
+            return 0
+        return sum(self.below_above) * (self.slab_cells // self.width) * self.itemsize
 
 
-def exchanges_of(layout, halo: tuple[int, ...], itemsize: int) -> list[Exchange]:
+def exchanges_of(layout, halo, itemsize: int) -> list[Exchange]:
     """The exchanges of one field extended by ``halo`` (two-phase: later faces hold corners).
+
+    ``halo``: per axis the cells exchanged on both sides, or a ``(below, above)``
+    pair (:attr:`pgas.loop.plan.Plan.exchanged`); a later axis's face then holds
+    only the filled halo cells of earlier ones.
 
     >>> import pgas
     >>> lay = pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout
     >>> [e.slab_cells for e in exchanges_of(lay, (1, 1), 1)]
     [8, 10]
+    >>> [(e.slab_cells, e.sides) for e in exchanges_of(lay, ((1, 0), (1, 0)), 1)]
+    [(8, (1, 0)), (9, (1, 0))]
     """
+    pairs = [(h, h) if isinstance(h, (int, np.integer)) else (int(h[0]), int(h[1])) for h in halo]
     out = []
-    for axis, h in enumerate(halo):
-        if h:
+    for axis, (lo, hi) in enumerate(pairs[: layout.ndim]):
+        if lo or hi:
             face = math.prod(
-                a.block + (2 * halo[j] if j < axis else 0)
+                a.block + (sum(pairs[j]) if j < axis else 0)
                 for j, a in enumerate(layout.axes) if j != axis
             )  # fmt: skip
-            out.append(Exchange(axis, h, layout.axes[axis].parts, h * face, itemsize))
+            width = max(lo, hi)
+            sides = None if lo == hi else (lo, hi)
+            out.append(Exchange(axis, width, layout.axes[axis].parts, width * face, itemsize,
+                                sides))  # fmt: skip
     return out
 
 
@@ -301,7 +328,7 @@ class CommReport:
         lines.append("  per physical step: " + ", ".join(
             f"{counts.get(kind, 0) / k:g} {kind}" for kind in KINDS))  # fmt: skip
         ideal = " + ".join(
-            f"2x{e.width}x{e.slab_cells // e.width}x{e.itemsize}B (axis {e.axis})"
+            f"{_cells(e)}x{e.slab_cells // e.width}x{e.itemsize}B (axis {e.axis})"
             for e in self.exchanges if e.parts > 1
         ) or "0"  # fmt: skip
         per = f"/{k}" if k > 1 else ""
@@ -310,6 +337,12 @@ class CommReport:
         if self.gathers:
             lines.append(f"  WARNING: {self.gathers} whole-array collective(s) per exchange")
         return "\n".join(lines)
+
+
+def _cells(e: Exchange) -> str:
+    """How many halo cells an exchange's ideal counts: ``2x1`` for both sides, ``(1+0)`` one."""
+    lo, hi = e.below_above
+    return f"2x{e.width}" if lo == hi else f"({lo}+{hi})"
 
 
 def compiled_report(
@@ -386,7 +419,7 @@ def comm_report(
     held = jax.jit(lambda p: read_only(p, how.widths, k))(params) if params is not None else None
 
     def group(t, p):
-        return group_program(fn, how.widths, k, p)(t)
+        return group_program(fn, how.widths, k, p, how.sides)(t)
 
     if loop:
         prog = lambda t, n, p: jax.lax.fori_loop(0, n, lambda i, x: group(x, p), t)  # noqa: E731
@@ -394,7 +427,7 @@ def comm_report(
     else:
         prog, args = group, (s, held)
     arrays = _arrays(s)
-    exchanges = [e for a in arrays for e in exchanges_of(a.layout, how.halo, a.dtype.itemsize)]
+    exchanges = [e for a in arrays for e in exchanges_of(a.layout, how.exchanged, a.dtype.itemsize)]
     return compiled_report(
         prog, args, name=getattr(step, "__name__", "step"),
         mesh=dict(arrays[0].layout.mesh.shape) if arrays else {}, exchanges=exchanges,

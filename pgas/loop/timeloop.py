@@ -142,7 +142,7 @@ class Carried:
 def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int | None,
             observe: Callable | None, double: bool = False,
             transport: Callable | None = None, takes_params: bool = False,
-            captured: tuple = ()) -> Program:  # fmt: skip
+            captured: tuple = (), sides: tuple | None = None) -> Program:  # fmt: skip
     """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
 
     A seam for tools that need the loop itself: XLA's memory analysis and HLO
@@ -166,11 +166,13 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         captured: the arrays the step reads from its enclosing scope
             (:func:`captured`), part of the key so that a rebound array gives a
             new program, never a stale one.
+        sides: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`): only ``k``
+            times each side's reach is exchanged; ``None``: both sides of ``widths``.
     """
     look = observe or (lambda s: s)
     fields = tuple(c.field for c in captured if c.field is not None)
     if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
-        return _double(step, k, widths, every, look, transport, takes_params, fields)
+        return _double(step, k, widths, every, look, transport, takes_params, fields, sides)
 
     def body(params):
         return step_fn(step, _given(params, takes_params))
@@ -179,7 +181,8 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         if not ready:  # params and constants extended once, outside the loop
             with loop_inputs(params, fields, widths, k) as params:
                 return loop(a, count, params, segment, True)
-        many, single = group(body(params), widths, k), group(body(params), widths, 1)
+        many = group(body(params), widths, k, sides)
+        single = group(body(params), widths, 1, sides)
         a, first = _segments(many, count // k, a, segment)
         a = _fori(first, count // k, many, a)
         return _fori(0, count % k, single, a) if k > 1 else a  # k = 1: no remainder
@@ -260,7 +263,8 @@ def _segments(fn: Callable, n, carry, segment: int | None, *, fresh=None, hand=N
 
 def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             look: Callable, transport: Callable | None = None,
-            takes_params: bool = False, fields: tuple = ()) -> Program:  # fmt: skip
+            takes_params: bool = False, fields: tuple = (),
+            sides: tuple | None = None) -> Program:  # fmt: skip
     """The double-buffered loop (see :func:`pgas.frames.double_group`).
 
     Every physical step writes a field into its other buffer, so a field is
@@ -284,8 +288,8 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             with loop_inputs(params, fields, widths, k) as params:
                 return loop(state, count, params, segment, odd, True)
         body = step_fn(step, _given(params, takes_params))
-        many = double_group(body, widths, k, transport)
-        single = double_group(body, widths, 1, transport)
+        many = double_group(body, widths, k, transport, sides)
+        single = double_group(body, widths, 1, transport, sides)
 
         def iteration(pair, i):
             for j in range(pairs):  # each group its own anchor, so no mask is shared (and stored)
@@ -373,8 +377,15 @@ def compiled(step: Callable, state: State, steps_per_exchange: int | str = AUTO)
     2.0
     """
     how = make_plan(step, state, steps_per_exchange)
-    prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double)
+    prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double,
+                   **_sides(how))  # fmt: skip
     return prog.advance.lower(prog.enter(state), 2).compile()
+
+
+def _sides(how: Plan) -> dict:
+    """``sides=`` for :func:`program` where the plan has them: a symmetric plan calls it as
+    before, so its cache key (and compiled program) is the one it always was."""
+    return {} if how.sides is None else {"sides": how.sides}
 
 
 def _convert(form: Callable, state: State) -> State:
@@ -644,7 +655,8 @@ def run(
             "user's form; make the plan with pgas.plan.plan(..., double=False)"
         )
     extra = (None, params is not None, keys) if params is not None or keys else ()
-    prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra)
+    prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra,
+                   **_sides(how))  # fmt: skip
     state = _convert(prog.enter, state) if donate else kept.entered(prog.enter, state)
     done, parts = 0, []
     try:
@@ -693,5 +705,6 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, steps_p
     # fields captured from the enclosing scope are extended once per loop, as params are;
     # traced ones (a caller's argument) are not cached in a program, and exchange per read
     held = tuple(c for c in captured(step) if not isinstance(c.obj, jax.core.Tracer))
-    prog = program(step, k, how.widths, every, observe, how.double, None, params is not None, held)
+    prog = program(step, k, how.widths, every, observe, how.double, None, params is not None,
+                   held, **_sides(how))  # fmt: skip
     return prog.inline(state, steps, params, _segment(remat_every, steps, unit))

@@ -161,14 +161,16 @@ def _call(converged: Callable, state, params):
 
 @functools.lru_cache(maxsize=64)
 def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, every: int,
-          max_steps: int, takes_params: bool, keys: tuple = ()) -> Callable:  # fmt: skip
+          max_steps: int, takes_params: bool, keys: tuple = (),
+          sides: tuple | None = None) -> Callable:  # fmt: skip
     """The traceable while loop: ``loop(state, params) -> (state, steps, done)``.
 
     Each iteration runs ``every`` steps (a static count: the double-buffered loop of
     :func:`pgas.run` needs its parity) and one check; the ``max_steps % every`` steps
     left, if any, run after the loop unless it converged, then one last check.
     """
-    form = program(step, k, widths, None, None, double, None, takes_params, keys).carried
+    form = program(step, k, widths, None, None, double, None, takes_params, keys,
+                   **({} if sides is None else {"sides": sides})).carried  # fmt: skip
 
     def check(s, given):
         """``(s, done)``: the carried state (its halo refreshed) and whether it converged."""
@@ -299,7 +301,7 @@ def run_until(
     _check_converged(converged, state, params)
     keys = captured(step) + captured(converged)
     loop = _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
-                 int(max_steps), params is not None, keys)  # fmt: skip
+                 int(max_steps), params is not None, keys, how.sides)  # fmt: skip
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in jax.tree.leaves((state, params)))  # fmt: skip
     if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):

@@ -23,6 +23,13 @@ extended block, each time on a block ``halo`` cells narrower per side (the
 kernel works on any size: it returns its input's interior); the block's own
 cells come out bitwise equal to ``k`` single steps.
 
+Halos per side: ``halo`` may give, per axis, the cells the kernel reads below
+and above, ``halo=((1, 0),)`` for an upwind step. The kernel then receives the
+block with ``below`` cells before it and ``above`` after it per axis, and
+returns its input less those (``e[1:]``); only those sides are exchanged, as
+on the automatic path (:attr:`pgas.loop.plan.Plan.sides`). An int or one
+width per axis means both sides, as before.
+
 The halo exchange is :func:`pgas.halo.extend`, the same code the automatic path
 uses, with ``ppermute`` instead of the global-view shift as transport; both
 compile to the same collective-permutes (``D - 1`` pairs per direction on a
@@ -44,8 +51,9 @@ from jax.sharding import PartitionSpec
 from pgas.errors import HaloError, PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill_mirror
-from pgas.globalview.lower import anchor_of, check_dtype
+from pgas.globalview.lower import anchor_of, check_dtype, filled
 from pgas.globalview.view import normalize_index
+from pgas.grid.decomposition import halo_sides
 from pgas.grid.layout import Layout
 from pgas.grid.mesh import platform_of
 from pgas.loop.frames import hold
@@ -73,16 +81,27 @@ __all__ = [
 ]
 
 Kernel = Callable[[jax.Array], jax.Array]
+Halo = int | Sequence[int] | Sequence[tuple[int, int]]
+Sides = tuple[tuple[int, int], ...]
 
 
-def _widths(layout: Layout, halo: int | Sequence[int]) -> tuple[int, ...]:
-    widths = (halo,) * layout.ndim if isinstance(halo, (int, np.integer)) else tuple(halo)
-    if len(widths) != layout.ndim or any(int(h) < 0 for h in widths):
-        raise HaloError(f"halo = {halo!r}: give one width >= 0, or one per axis ({layout.ndim})")
-    for axis, h in enumerate(widths):
-        if h:
-            layout.check_halo(axis, int(h))
-    return tuple(int(h) for h in widths)
+def _sides(layout: Layout, halo: Halo) -> Sides:
+    """``halo`` as ``(below, above)`` per axis (:func:`pgas.grid.decomposition.halo_sides`)."""
+    sides = halo_sides(halo, layout.ndim)
+    for axis, pair in enumerate(sides):
+        if max(pair):
+            layout.check_halo(axis, max(pair))
+    return sides
+
+
+def _widths(layout: Layout, halo: Halo) -> tuple[int, ...]:
+    """The larger side of ``halo`` per axis: the frame's width."""
+    return tuple(max(p) for p in _sides(layout, halo))
+
+
+def _asymmetric(sides: Sides) -> Sides | None:
+    """``sides``, or ``None`` where both sides of every axis are equal (as a plan records it)."""
+    return None if all(lo == hi for lo, hi in sides) else sides
 
 
 def _block_numbers(layout: Layout) -> list[jax.Array]:
@@ -104,18 +123,22 @@ def _ppermute(name: str | None, parts: int, periodic: bool):
     return move
 
 
-def _extended(block: jax.Array, layout: Layout, widths: tuple[int, ...], numbers) -> jax.Array:
-    """The local block in blocks form ``(1, b0 + 2 h0, 1, b1 + 2 h1, ...)`` with its halo."""
+def _extended(block: jax.Array, layout: Layout, widths: tuple[int, ...], numbers,
+              sides: Sides | None = None) -> jax.Array:  # fmt: skip
+    """The local block in blocks form ``(1, b0 + 2 h0, 1, b1 + 2 h1, ...)`` with its halo;
+    with ``sides`` only ``(below, above)`` of each axis's halo is exchanged (the rest zeros)."""
     blocks = block.reshape(tuple(x for n in block.shape for x in (1, n)))
+    fill = sides or tuple((h, h) for h in widths)
     for axis, h in enumerate(widths):
         if h:
             ax, faces = layout.axes[axis], layout.boundary[axis]
             move = _ppermute(layout.spec[axis], ax.parts, faces[0].periodic)
-            blocks = extend(blocks, axis, h, ax, faces, numbers[axis], transport=move)
+            blocks = extend(blocks, axis, h, ax, faces, numbers[axis], transport=move,
+                            sides=fill[axis], trim=filled(layout, widths, fill, axis))  # fmt: skip
     return blocks
 
 
-def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -> jax.Array:
+def exchange_halo(block: jax.Array, layout: Layout, halo: Halo) -> jax.Array:
     """The local block with ``halo`` cells added on every side, filled from the neighbours.
 
     Call inside ``shard_map`` over ``layout.mesh`` with the array's spec.
@@ -127,10 +150,11 @@ def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -
     Args:
         block: this device's physical block (``layout.local_shape``).
         layout: the global array's layout.
-        halo: width per axis (an int for all).
+        halo: width per axis (an int for all), or a ``(below, above)`` pair per axis.
 
     Returns:
-        The extended block, ``local_shape + 2 * halo`` per axis.
+        The extended block, ``local_shape + 2 * halo`` per axis
+        (``local_shape + below + above`` for pairs: only those sides are exchanged).
 
     >>> import numpy as np, pgas
     >>> from jax import shard_map
@@ -139,33 +163,60 @@ def exchange_halo(block: jax.Array, layout: Layout, halo: int | Sequence[int]) -
     ...               in_specs=u.layout.sharding.spec, out_specs=u.layout.sharding.spec)
     >>> np.asarray(f(u.data)).tolist()
     [3.0, 0.0, 1.0, 2.0, 3.0, 0.0]
+    >>> f = shard_map(lambda b: exchange_halo(b, u.layout, ((1, 0),)), mesh=u.mesh,
+    ...               in_specs=u.layout.sharding.spec, out_specs=u.layout.sharding.spec)
+    >>> np.asarray(f(u.data)).tolist()
+    [3.0, 0.0, 1.0, 2.0, 3.0]
     """
-    ext = _extended(block, layout, _widths(layout, halo), _block_numbers(layout))
+    sides = _sides(layout, halo)
+    widths = tuple(max(p) for p in sides)
+    ext = _extended(block, layout, widths, _block_numbers(layout), _asymmetric(sides))
+    ext = _inside(ext, widths, sides, (0,) * len(widths))
     return ext.reshape(ext.shape[1::2])
 
 
-def _local_update(kernel: Kernel, layout: Layout, widths, region, k: int) -> Callable:
-    """``k`` kernel steps on one exchange of a halo ``k * widths`` wide (see the module doc)."""
+def _inside(blocks: jax.Array, ext: tuple[int, ...], sides: Sides, dom: tuple[int, ...]):
+    """Of blocks extended by ``ext`` per side, the cells from ``dom + below`` before each block
+    to ``dom + above`` after it (along ``sides``)."""
+    for axis, (e, (lo, hi), d) in enumerate(zip(ext, sides, dom)):
+        if lo != hi or d + lo != e:
+            n = blocks.shape[2 * axis + 1]
+            blocks = jax.lax.slice_in_dim(blocks, e - d - lo, n - (e - d - hi), axis=2 * axis + 1)
+    return blocks
+
+
+def _local_update(kernel: Kernel, layout: Layout, sides: Sides, region, k: int) -> Callable:
+    """``k`` kernel steps on one exchange of a halo ``k * sides`` wide (see the module doc).
+
+    The frame is ``k`` times the larger side wide on both sides (only ``k * sides`` of it
+    exchanged); each sub-step gives the kernel the cells it reads around a domain that
+    shrinks by the larger side, so the kernel sees ``below`` / ``above`` cells around it.
+    """
     window = normalize_index(region if region is not None else (), layout.shape)
     if not all(window.kept):
         raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
+    widths = tuple(max(p) for p in sides)
+    one_sided = _asymmetric(sides)
 
     def update(block, counter=None):
         numbers = _block_numbers(layout)
         anchor = None if counter is None else anchor_of(counter)
         ext = tuple(k * h for h in widths)
-        blocks = _extended(block, layout, ext, numbers)
+        fill = None if one_sided is None else tuple((k * lo, k * hi) for lo, hi in sides)
+        blocks = _extended(block, layout, ext, numbers, fill)
         if hold(layout.mesh, ext):  # built once, read by the kernel alone (as in pgas.run)
             blocks = jax.lax.optimization_barrier(blocks)
         for _ in range(k):
             dom = tuple(e - h for e, h in zip(ext, widths))
-            new = kernel(blocks.reshape(blocks.shape[1::2]))
+            given = _inside(blocks, ext, sides, dom)
+            new = kernel(given.reshape(given.shape[1::2]))
             want = tuple(n + 2 * d for n, d in zip(block.shape, dom))
             if new.shape != want:
+                shown = widths if one_sided is None else sides
                 raise HaloError(
                     f"kernel returned shape {new.shape} for a block of shape {want} with halo "
-                    f"{widths}; it must return new values for every cell of the block (e[1:-1] "
-                    f"for halo 1)"
+                    f"{shown}; it must return new values for every cell of the block (e[1:-1] "
+                    f"for halo 1, e[1:] for halo ((1, 0),))"
                 )
             check_dtype(np.dtype(new.dtype), np.dtype(block.dtype), False)
             blocks = _merge(blocks, new, layout, window, widths, ext, dom, numbers, anchor)
@@ -198,8 +249,7 @@ def _sharded(fn: Callable, layout: Layout) -> Callable:
     return shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec)
 
 
-def choose(u: GlobalArray, halo: int | Sequence[int] = 1,
-           steps_per_exchange: int | str = "auto") -> Choice:  # fmt: skip
+def choose(u: GlobalArray, halo: Halo = 1, steps_per_exchange: int | str = "auto") -> Choice:
     """The steps per exchange the explicit path uses for ``u`` and ``halo``.
 
     >>> import numpy as np, pgas
@@ -213,25 +263,29 @@ def choose(u: GlobalArray, halo: int | Sequence[int] = 1,
                                      platform_of(lay.mesh))  # fmt: skip
 
 
-def plan(u: GlobalArray, halo: int | Sequence[int] = 1,
-         steps_per_exchange: int | str = "auto") -> Plan:  # fmt: skip
+def plan(u: GlobalArray, halo: Halo = 1, steps_per_exchange: int | str = "auto") -> Plan:
     """The plan of an explicit run of ``u``: ``k`` (:func:`choose`), a halo ``k * halo`` wide.
 
-    Single-buffered: each group reads an extended copy of the block.
+    Single-buffered: each group reads an extended copy of the block. A halo per
+    side is recorded in :attr:`Plan.sides`; ``k`` times it is exchanged.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(10), pgas.make_mesh(devices=1))
     >>> p = plan(u, 1, 4)
     >>> p.steps_per_exchange, p.halo, p.double
     (4, (4,), False)
+    >>> plan(u, ((1, 0),), 4).exchanged
+    ((4, 0),)
     """
-    widths = _widths(u.layout, halo)
+    sides = _sides(u.layout, halo)
+    widths = tuple(max(p) for p in sides)
     choice = choose(u, halo, steps_per_exchange)
     k = choice.steps_per_exchange
-    return Plan(widths, choice, tuple(k * w for w in widths), platform_of(u.layout.mesh))
+    return Plan(widths, choice, tuple(k * w for w in widths), platform_of(u.layout.mesh),
+                sides=_asymmetric(sides))  # fmt: skip
 
 
-def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=None,
+def step(kernel: Kernel, u: GlobalArray, halo: Halo = 1, region=None,
          steps_per_exchange: int = 1) -> GlobalArray:  # fmt: skip
     """``steps_per_exchange`` explicit steps on one halo exchange (for reports and tests).
 
@@ -242,14 +296,14 @@ def step(kernel: Kernel, u: GlobalArray, halo: int | Sequence[int] = 1, region=N
     array([0., 2., 0.])
     """
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
-    update = _local_update(kernel, u.layout, _widths(u.layout, halo), region, k)
+    update = _local_update(kernel, u.layout, _sides(u.layout, halo), region, k)
     return GlobalArray(_sharded(update, u.layout)(u.data), u.layout)
 
 
 def comm_report(
     kernel: Kernel,
     u: GlobalArray,
-    halo: int | Sequence[int] = 1,
+    halo: Halo = 1,
     region=None,
     steps_per_exchange: int | str = "auto",
     loop: bool = False,
@@ -261,14 +315,15 @@ def comm_report(
     >>> comm_report(lambda e: e[1:-1], u, 1, steps_per_exchange=2).steps_per_exchange
     2
     """
-    c = choose(u, halo, steps_per_exchange)
+    how = plan(u, halo, steps_per_exchange)
+    c = how.choice
     k, lay = c.steps_per_exchange, u.layout
     fn = lambda v: step(kernel, v, halo, region, k)  # noqa: E731
     args: tuple = (u,)
     if loop:
         fn = lambda v, n: jax.lax.fori_loop(0, n, lambda i, x: step(kernel, x, halo, region, k), v)  # noqa: E731  fmt: skip
         args = (u, jnp.int32(2))
-    exchanges = exchanges_of(lay, tuple(k * h for h in _widths(lay, halo)), u.dtype.itemsize)
+    exchanges = exchanges_of(lay, how.exchanged, u.dtype.itemsize)
     return compiled_report(fn, args, name=getattr(kernel, "__name__", "kernel"),
                            mesh=dict(lay.mesh.shape), exchanges=exchanges,
                            steps_per_exchange=k, note=c.note, loop=loop)  # fmt: skip
@@ -279,13 +334,15 @@ def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int,
             takes_params: bool = False) -> Callable:  # fmt: skip
     """The compiled program of :func:`run` (cached per kernel, layout, halo, region and ``k``);
     with ``takes_params`` it is called ``(block, steps, params)`` and runs ``kernel(e, params)``,
-    the params replicated on every device."""
+    the params replicated on every device. ``widths``: the halo per axis, or per side
+    (``(below, above)`` pairs)."""
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
+    sides = halo_sides(widths, layout.ndim)
 
     def loop(block, n, *params):  # one buffer: each group reads its own extended copy
         kern = (lambda e: kernel(e, params[0])) if params else kernel
-        group = _local_update(kern, layout, widths, region, k)
-        single = _local_update(kern, layout, widths, region, 1)
+        group = _local_update(kern, layout, sides, region, k)
+        single = _local_update(kern, layout, sides, region, 1)
         block = jax.lax.fori_loop(0, n // k, lambda i, b: group(b, i), block)
         return jax.lax.fori_loop(0, n % k, lambda i, b: single(b, i), block)
 
@@ -293,6 +350,12 @@ def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int,
     specs = (spec, PartitionSpec()) + ((PartitionSpec(),) if takes_params else ())
     sharded = shard_map(loop, mesh=layout.mesh, in_specs=specs, out_specs=spec)
     return jax.jit(sharded, donate_argnums=0)
+
+
+def _key(layout: Layout, halo: Halo) -> tuple:
+    """The halo as :func:`program` keys it: widths per axis, or per side where they differ."""
+    sides = _sides(layout, halo)
+    return tuple(max(p) for p in sides) if _asymmetric(sides) is None else sides
 
 
 def region_key(region) -> tuple | None:
@@ -311,7 +374,7 @@ def run(
     kernel: Kernel,
     u: GlobalArray,
     steps: int,
-    halo: int | Sequence[int] = 1,
+    halo: Halo = 1,
     region=None,
     steps_per_exchange: int | str = "auto",
     params=None,
@@ -322,7 +385,9 @@ def run(
         kernel: local kernel (see the module docstring).
         u: the field (its buffer is donated; use the result).
         steps: number of steps.
-        halo: halo width per axis (an int for all).
+        halo: halo width per axis (an int for all), or per side: a ``(below, above)``
+            pair per axis (``((1, 0),)`` for an upwind kernel ``e[1:] - c * (e[1:] -
+            e[:-1])``); only the sides read are exchanged.
         region: window the kernel writes (NumPy slices in global coordinates);
             default the whole array.
         steps_per_exchange: ``k``: one exchange of a halo ``k * halo`` wide, then
@@ -341,7 +406,7 @@ def run(
     key = region_key(region)
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
     if params is None:
-        compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k)
+        compiled = program(kernel, u.layout, _key(u.layout, halo), key, k)
         return GlobalArray(compiled(u.data, jnp.int32(steps)), u.layout)
     for leaf in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, GlobalArray)):
         if isinstance(leaf, GlobalArray) or not isinstance(
@@ -352,7 +417,7 @@ def run(
                 f"scalars and JAX arrays (a field the kernel reads across blocks needs its own "
                 f"halo: use pgas.run(step, state, steps, params=...) for read-only fields)"
             )  # fmt: skip
-    compiled = program(kernel, u.layout, _widths(u.layout, halo), key, k, True)
+    compiled = program(kernel, u.layout, _key(u.layout, halo), key, k, True)
     return GlobalArray(compiled(u.data, jnp.int32(steps), params), u.layout)
 
 
@@ -419,8 +484,9 @@ def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: t
             fitted = [_fit(x, e.shape) if lay is not None else x for x, lay in zip(ext, fields)]
             return fn(e, jax.tree.unflatten(tree, fitted), *more)
 
-        group = _local_update(lambda e: call(kernel, e), layout, widths, region, k)
-        single = _local_update(lambda e: call(kernel, e), layout, widths, region, 1)
+        sides = halo_sides(widths, layout.ndim)
+        group = _local_update(lambda e: call(kernel, e), layout, sides, region, k)
+        single = _local_update(lambda e: call(kernel, e), layout, sides, region, 1)
         reduce = _reducer(layout, window, widths, numbers)
 
         def advance(b, n: int):  # n static: whole groups of k, then single steps

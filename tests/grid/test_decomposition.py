@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import pgas
 from pgas import BlockAxis, DeviceCountError, dims_create
-from pgas.grid.decomposition import halo_widths
+from pgas.grid.decomposition import halo_sides, halo_widths
 
 
 @pytest.mark.parametrize(
@@ -62,3 +62,16 @@ def test_halo_widths():
             halo_widths(bad, 2)
     with pytest.raises(pgas.HaloError, match=r"width = -1 for a 1-D array"):
         halo_widths(-1, 1, name="width")
+
+
+def test_halo_sides():
+    assert halo_sides(2, 2) == ((2, 2), (2, 2))
+    assert halo_sides([1, 0], 2) == ((1, 1), (0, 0))
+    assert halo_sides(((1, 0),), 1) == ((1, 0),)
+    assert halo_sides([[0, 2], 1], 2) == ((0, 2), (1, 1))
+    assert halo_sides((np.int64(1), (np.int64(2), 0)), 2) == ((1, 1), (2, 0))
+    bad_ones = (-1, (1,), ((1, 0),), ((1, -1), 1), ((1, 0, 1), 1), ((1.5, 0), 1), (True, 1),
+                None, "1")  # fmt: skip
+    for bad in bad_ones:
+        with pytest.raises(pgas.HaloError, match=r"halo = .* 2-D array: .*\(below, above\) pairs"):
+            halo_sides(bad, 2)

@@ -62,7 +62,25 @@ def aniso(e):  # halo (2, 1), with corner terms
     )
 
 
-KERNELS = {"heat": heat, "life": life, "lap3d": lap3d, "wide": wide, "aniso": aniso}
+def upwind(e):  # halo ((1, 0),): reads one cell below
+    return e[1:] - 0.5 * (e[1:] - e[:-1])
+
+
+def downwind(e):  # halo ((0, 1),): reads one cell above
+    return e[:-1] - 0.5 * (e[:-1] - e[1:])
+
+
+def two_below(e):  # halo ((2, 0),)
+    return e[2:] - 0.5 * (e[1:-1] - e[:-2]) - 0.25 * (e[2:] - e[1:-1])
+
+
+def upwind2d(e):  # halo ((1, 0), (1, 0))
+    return e[1:, 1:] - 0.25 * (e[1:, 1:] - e[:-1, 1:]) - 0.25 * (e[1:, 1:] - e[1:, :-1])
+
+
+KERNELS = {"heat": heat, "life": life, "lap3d": lap3d, "wide": wide, "aniso": aniso,
+           "upwind": upwind, "downwind": downwind, "two_below": two_below,
+           "upwind2d": upwind2d}  # fmt: skip
 
 INITS = {
     "heat": lambda x: ((x * 37) % 101) / 101.0,
@@ -70,6 +88,10 @@ INITS = {
     "lap3d": lambda i, j, k: ((i * 31 + j * 17 + k * 7) % 23) / 23.0,
     "wide": lambda x: ((x * 13) % 29) / 29.0,
     "aniso": lambda i, j: ((i * 11 + j * 5) % 17) / 17.0,
+    "upwind": lambda x: ((x * 13) % 29) / 29.0,
+    "downwind": lambda x: ((x * 7) % 31) / 31.0,
+    "two_below": lambda x: ((x * 11) % 23) / 23.0,
+    "upwind2d": lambda i, j: ((i * 11 + j * 5) % 17) / 17.0,
 }
 
 

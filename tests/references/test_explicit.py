@@ -1,8 +1,11 @@
 """The explicit ppermute path: bitwise equal to the automatic path, same collectives."""
 
+import helpers
 import numpy as np
 import pytest
+import stencils
 from helpers import heat_numpy, life_numpy
+from jax import shard_map
 from problems import heat_kernel, heat_step, life_kernel, life_step
 
 import pgas
@@ -74,3 +77,96 @@ def test_explicit_errors():
     with pytest.raises(pgas.DTypeMismatchError, match="astype"):
         g = pgas.from_numpy(np.zeros((8, 8), np.uint8), pgas.make_mesh(("y", "x"), devices=4))
         explicit.step(lambda e: 0.5 * e[1:-1, 1:-1], g)
+
+
+# ---- halos per side: kernels that read one side exchange one side ----
+def _upwind_kernel(e):
+    return e[1:] - 0.5 * (e[1:] - e[:-1])
+
+
+def _downwind_kernel(e):
+    return e[:-1] - 0.5 * (e[:-1] - e[1:])
+
+
+def _two_below_kernel(e):
+    return e[2:] - 0.5 * (e[1:-1] - e[:-2]) - 0.25 * (e[2:] - e[1:-1])
+
+
+def _upwind2d_kernel(e):
+    return e[1:, 1:] - 0.25 * (e[1:, 1:] - e[:-1, 1:]) - 0.25 * (e[1:, 1:] - e[1:, :-1])
+
+
+ONE_SIDED = {  # kernel, halo, region, boundary, the same step in global view, NumPy
+    "upwind": (_upwind_kernel, ((1, 0),), (slice(1, None),), pgas.Dirichlet(0.0),
+               stencils.upwind, helpers.upwind_numpy),
+    "downwind": (_downwind_kernel, ((0, 1),), (slice(None, -1),), pgas.Dirichlet(0.5),
+                 stencils.downwind, helpers.downwind_numpy),
+    "two_below": (_two_below_kernel, ((2, 0),), (slice(2, None),), pgas.Neumann(),
+                  stencils.two_below, helpers.two_below_numpy),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ONE_SIDED))
+@pytest.mark.parametrize("n, devices", [(203, 2), (37, 4)])
+def test_one_sided_explicit_equals_numpy_and_auto(name, n, devices):
+    kernel, halo, region, bc, step, reference = ONE_SIDED[name]
+    x0 = np.random.default_rng(n).random(n)
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    want = reference(x0, 23)
+    for k in (1, 3, "auto"):
+        u = pgas.from_numpy(x0, mesh, boundary=bc)
+        out = explicit.run(kernel, u, 23, halo=halo, region=region, steps_per_exchange=k)
+        np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
+    auto = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=bc), 23)
+    np.testing.assert_array_equal(auto.to_numpy(), want)
+
+
+@pytest.mark.parametrize("name", list(ONE_SIDED))
+@pytest.mark.parametrize("k", [1, "auto"])
+def test_one_sided_same_collectives_as_auto(name, k):
+    kernel, halo, region, bc, step, _ = ONE_SIDED[name]
+    u = pgas.from_numpy(np.zeros(4096), pgas.make_mesh(("x",), devices=4), boundary=bc)
+    auto = pgas.comm_report(step, u, loop=True, steps_per_exchange=k)
+    expl = explicit.comm_report(kernel, u, halo, region, steps_per_exchange=k, loop=True)
+    assert auto.steps_per_exchange == expl.steps_per_exchange
+    _same_collectives(auto, expl)
+    assert expl.per_exchange("collective-permute") == 1  # one side
+    assert expl.ideal_bytes == 8 * max(halo[0])
+
+
+@pytest.mark.parametrize("shape, names, devices", [((61, 45), ("y", "x"), 4),
+                                                   ((40, 33), ("y",), 2)])  # fmt: skip
+def test_upwind_2d_explicit(shape, names, devices):
+    x0 = np.random.default_rng(5).random(shape)
+    mesh = pgas.make_mesh(names, devices=devices)
+    halo, region = ((1, 0), (1, 0)), (slice(1, None), slice(1, None))
+    want = helpers.upwind2d_numpy(x0, 19)
+    for k in (1, 2, "auto"):
+        u = pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0))
+        out = explicit.run(_upwind2d_kernel, u, 19, halo=halo, region=region,
+                           steps_per_exchange=k)  # fmt: skip
+        np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
+    u = pgas.from_numpy(np.zeros((256, 256)), mesh, boundary=pgas.Dirichlet(1.0))
+    for k in (1, "auto"):
+        auto = pgas.comm_report(stencils.upwind2d, u, loop=True, steps_per_exchange=k)
+        expl = explicit.comm_report(_upwind2d_kernel, u, halo, region, steps_per_exchange=k,
+                                    loop=True)  # fmt: skip
+        _same_collectives(auto, expl)
+        assert expl.per_exchange("collective-permute") == len(names)
+
+
+def test_exchange_halo_per_side():
+    x0 = np.arange(12.0)
+    u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=3), boundary=pgas.Dirichlet(-1.0))
+    f = shard_map(lambda b: explicit.exchange_halo(b, u.layout, ((2, 1),)), mesh=u.mesh,
+                  in_specs=u.layout.sharding.spec, out_specs=u.layout.sharding.spec)  # fmt: skip
+    got = np.asarray(f(u.data)).reshape(3, 7)
+    assert got.tolist() == [[-1, -1, 0, 1, 2, 3, 4], [2, 3, 4, 5, 6, 7, 8],
+                            [6, 7, 8, 9, 10, 11, -1]]  # fmt: skip
+
+
+@pytest.mark.parametrize("halo", [((1, -1),), ((1, 0, 2),), (1.5,), ((1, 0), (1, 0))])
+def test_bad_halo_per_side(halo):
+    u = pgas.from_numpy(np.zeros(16), pgas.make_mesh(("x",), devices=2))
+    with pytest.raises(pgas.errors.HaloError, match=r"halo = .*\(below, above\)"):
+        explicit.plan(u, halo)

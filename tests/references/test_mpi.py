@@ -158,6 +158,46 @@ def cases_for(p: int) -> list[dict]:
             boundary=["periodic", [{"dirichlet": 2.0}, "keep"]],
             region=[[1, None], [None, -2]],
         ),
+        # halos per side: one-sided kernels exchange the side they read only
+        dict(
+            name="upwind_dirichlet",
+            kernel="upwind",
+            shape=[203],
+            dtype="float64",
+            steps=30,
+            halo=[[1, 0]],
+            boundary={"dirichlet": 0.0},
+            region=[[1, None]],
+        ),
+        dict(
+            name="downwind_periodic",
+            kernel="downwind",
+            shape=[203],
+            dtype="float64",
+            steps=30,
+            halo=[[0, 1]],
+            boundary="periodic",
+        ),
+        dict(
+            name="two_below_neumann",
+            kernel="two_below",
+            shape=[203],
+            dtype="float64",
+            steps=30,
+            halo=[[2, 0]],
+            boundary="neumann",
+            region=[[2, None]],
+        ),
+        dict(
+            name="upwind2d_dirichlet",
+            kernel="upwind2d",
+            shape=[23, 19],
+            dtype="float64",
+            steps=15,
+            halo=[[1, 0], [1, 0]],
+            boundary={"dirichlet": 1.0},
+            region=[[1, None], [1, None]],
+        ),
     ]
     cases.append(
         dict(
@@ -217,14 +257,22 @@ def _faces(spec, ndim):
     return [tuple(s) if isinstance(s, list) else (s, s) for s in spec]
 
 
+def _sides(case: dict) -> list[tuple[int, int]]:
+    """The case's halo as (below, above) per axis."""
+    nd = len(case["shape"])
+    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    return [tuple(h) if isinstance(h, list) else (h, h) for h in halo]
+
+
 def _pad(u, axis, width, lo, hi):
-    if width == 0:
+    below, above = width if isinstance(width, tuple) else (width, width)
+    if below == above == 0:
         return u
     if lo == "periodic":
         return np.pad(
-            u, [(width, width) if b == axis else (0, 0) for b in range(u.ndim)], mode="wrap"
+            u, [(below, above) if b == axis else (0, 0) for b in range(u.ndim)], mode="wrap"
         )
-    for spec, pw in ((lo, (width, 0)), (hi, (0, width))):
+    for spec, pw in ((lo, (below, 0)), (hi, (0, above))):
         w = [pw if b == axis else (0, 0) for b in range(u.ndim)]
         if isinstance(spec, dict):
             u = np.pad(u, w, mode="constant", constant_values=spec["dirichlet"])
@@ -239,7 +287,8 @@ def reference(case: dict) -> np.ndarray:
     u = np.asarray(
         sc.INITS[case["kernel"]](*np.meshgrid(*map(np.arange, shape), indexing="ij"))
     ).astype(case["dtype"])
-    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * len(shape)
+    sides = _sides(case)
+    halo = [max(p) for p in sides]  # a Keep face keeps the larger side
     faces = _faces(case["boundary"], len(shape))
     mask = np.zeros(shape, bool)
     region = case.get("region") or [[None, None]] * len(shape)
@@ -255,7 +304,7 @@ def reference(case: dict) -> np.ndarray:
     for _ in range(steps):
         p = u
         for a, (lo, hi) in enumerate(faces):
-            p = _pad(p, a, halo[a], lo, hi)
+            p = _pad(p, a, sides[a], lo, hi)
         new = sc.KERNELS[case["kernel"]](p)
         u = u.copy()
         u[mask] = new[mask]
@@ -304,10 +353,9 @@ def group_sizes(case: dict, k: int) -> list[int]:
 def expected_counts(case: dict, dims: list[int], k: int = 1) -> tuple[list, list]:
     """Messages and bytes each rank sends per physical step, k steps per exchange."""
     msgs, nbytes = [0.0] * math.prod(dims), [0.0] * math.prod(dims)
-    nd = len(case["shape"])
-    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    sides = _sides(case)
     for g in group_sizes(case, k):
-        m, b = exchange_counts(dict(case, halo=[g * h for h in halo]), dims)
+        m, b = exchange_counts(dict(case, halo=[[g * lo, g * hi] for lo, hi in sides]), dims)
         msgs = [x + y for x, y in zip(msgs, m)]
         nbytes = [x + y for x, y in zip(nbytes, b)]
     per = max(case["steps"], 1)
@@ -318,7 +366,7 @@ def exchange_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
     """Messages and bytes each rank sends in one exchange under the two-phase scheme."""
     shape = case["shape"]
     nd = len(shape)
-    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    sides = _sides(case)
     periodic = [lo == "periodic" for lo, _ in _faces(case["boundary"], nd)]
     item = np.dtype(case["dtype"]).itemsize
     msgs, nbytes = [], []
@@ -326,12 +374,15 @@ def exchange_counts(case: dict, dims: list[int]) -> tuple[list[int], list[int]]:
         n = [s // d + (c < s % d) for s, d, c in zip(shape, dims, coords)]
         m = b = 0
         for a in range(nd):
-            if halo[a] == 0 or dims[a] == 1:
+            if sides[a] == (0, 0) or dims[a] == 1:
                 continue
-            cross = math.prod(n[k] + 2 * halo[k] if k < a else n[k] for k in range(nd) if k != a)
-            for exists in (periodic[a] or coords[a] > 0, periodic[a] or coords[a] < dims[a] - 1):
-                m += exists
-                b += exists * halo[a] * cross * item
+            cross = math.prod(n[k] + sum(sides[k]) if k < a else n[k] for k in range(nd) if k != a)
+            below, above = sides[a]
+            # down: the first `above` cells fill the lower rank's high ghosts; up: the last `below`
+            for exists, width in ((periodic[a] or coords[a] > 0, above),
+                                  (periodic[a] or coords[a] < dims[a] - 1, below)):  # fmt: skip
+                m += exists * (width > 0)
+                b += exists * width * cross * item
         msgs.append(m)
         nbytes.append(b)
     return msgs, nbytes
@@ -348,8 +399,7 @@ def chosen_k(case: dict, k, dims: list[int]) -> int:
     """The k pgas.plan picks for this case (independent of the run)."""
     from pgas.loop.plan import choose_steps_per_exchange
 
-    nd = len(case["shape"])
-    halo = case["halo"] if isinstance(case["halo"], list) else [case["halo"]] * nd
+    halo = [max(p) for p in _sides(case)]
     blocks = [n // d for n, d in zip(case["shape"], dims)]
     return choose_steps_per_exchange(k, blocks, halo)
 
@@ -429,6 +479,17 @@ def test_counts_by_hand():
     life2 = launch(2)[1]["life_torus_dims_1x2@1"]  # axis 0 copied locally; 2 ranks, both sides
     assert life2["rank_messages_per_step"] == [2, 2]
     assert life2["rank_bytes_per_step"] == [2 * 39, 2 * 39]
+    # halos per side, 4 ranks: one message per rank and split axis, up (down for downwind)
+    meta4 = launch(4)[1]
+    assert meta4["upwind_dirichlet@1"]["rank_messages_per_step"] == [1, 1, 1, 0]
+    assert meta4["upwind_dirichlet@1"]["rank_bytes_per_step"] == [8, 8, 8, 0]
+    assert meta4["two_below_neumann@1"]["rank_bytes_per_step"] == [16, 16, 16, 0]
+    assert meta4["downwind_periodic@1"]["rank_messages_per_step"] == [1, 1, 1, 1]
+    assert meta4["downwind_periodic@1"]["rank_bytes_per_step"] == [8, 8, 8, 8]
+    up2d = meta4["upwind2d_dirichlet@1"]  # dims (2, 2): blocks (12, 11) x (10, 9), float64
+    assert up2d["dims"] == [2, 2]
+    assert up2d["rank_messages_per_step"] == [2, 1, 1, 0]
+    assert up2d["rank_bytes_per_step"] == [8 * 10 + 8 * (12 + 1), 8 * 9, 8 * (11 + 1), 0]
     for name, info in launch(1)[1].items():
         if "messages_per_step" in info:
             assert info["messages_per_step"] == 0 and info["bytes_per_step"] == 0, name

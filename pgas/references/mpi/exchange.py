@@ -10,6 +10,11 @@ non-periodic axis of ``D`` ranks, ``D - 1`` messages move each way.
 
 ImplicitGlobalGrid.jl's ``update_halo!`` is the model. A deep halo (``k``
 steps per exchange) is the same exchange, ``k`` times wider.
+
+Halos per side: ``halo`` may give a ``(below, above)`` pair per axis (a block
+then has ``below`` ghost cells before it and ``above`` after it); a side of
+width 0 sends no message, so an upwind step's ``halo=((1, 0),)`` sends one
+message per rank and axis, up, as the automatic path's one collective-permute.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import numpy as np
 
 from pgas.errors import HaloError, LayoutError, ShapeMismatchError
 from pgas.grid.boundary import normalize_boundary
-from pgas.grid.decomposition import halo_widths
+from pgas.grid.decomposition import halo_sides
 from pgas.references.mpi.grid import CartGrid
 from pgas.references.mpi.world import MPI
 
-__all__ = ["MessageCounter", "check_exchange", "exchange", "exchange_halo", "fill_edges"]
+__all__ = ["MessageCounter", "check_exchange", "exchange", "exchange_halo", "fill_edges",
+           "sides_of"]  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -51,9 +57,11 @@ def exchange_halo(
     non-periodic domain edge.
 
     Args:
-        ext: the block with halo, shape ``local_shape[i] + 2*halo[i]``.
+        ext: the block with halo, shape ``local_shape[i] + 2*halo[i]``
+            (``local_shape[i] + below + above`` for pairs).
         grid: the layout.
-        halo: ghost width, one for all axes or one per axis.
+        halo: ghost width, one for all axes, one per axis, or a ``(below, above)``
+            pair per axis.
         boundary: as accepted by :func:`pgas.boundary.normalize_boundary`;
             periodic axes must match ``grid.periods``.
         counter: if given, incremented with the messages and bytes sent.
@@ -70,22 +78,44 @@ def exchange_halo(
     >>> exchange_halo(ext, cart_grid((3,)), 1, Keep())
     >>> ext
     array([1., 1., 2., 3., 3.])
+    >>> ext = np.array([0.0, 1.0, 2.0, 3.0])          # one ghost cell below only
+    >>> exchange_halo(ext, cart_grid((3,)), ((1, 0),), Keep())
+    >>> ext
+    array([1., 1., 2., 3.])
     """
     halo, faces = check_exchange(ext.shape, grid, halo, boundary)
     exchange(ext, grid, halo, faces, counter)
 
 
+def sides_of(halo) -> tuple[tuple[int, int], ...]:
+    """``(below, above)`` per axis from widths per axis or pairs (as :func:`check_exchange`
+    returns them).
+
+    >>> sides_of((1, 0)), sides_of(((1, 0),))
+    (((1, 1), (0, 0)), ((1, 0),))
+    """
+    return tuple((h, h) if isinstance(h, (int, np.integer)) else (int(h[0]), int(h[1]))
+                 for h in halo)  # fmt: skip
+
+
 def check_exchange(shape: Sequence[int], grid: CartGrid, halo, boundary):
-    """Validate an exchange once; return the halo widths and the normalized faces."""
-    halo = halo_widths(halo, grid.ndim)
+    """Validate an exchange once; return the halo and the normalized faces.
+
+    The halo comes back as one width per axis where both sides are equal, else as
+    ``(below, above)`` pairs (:func:`sides_of` reads either).
+    """
+    sides = halo_sides(halo, grid.ndim)
     faces = normalize_boundary(boundary, grid.ndim)
-    want = tuple(n + 2 * h for n, h in zip(grid.local_shape, halo, strict=True))
+    want = tuple(n + lo + hi for n, (lo, hi) in zip(grid.local_shape, sides, strict=True))
+    symmetric = all(lo == hi for lo, hi in sides)
+    halo = tuple(lo for lo, _ in sides) if symmetric else sides
     if tuple(shape) != want:
+        per = "2*halo" if symmetric else "below + above"
         raise ShapeMismatchError(
             f"ext.shape = {tuple(shape)}, but a block of {grid.local_shape} cells with halo "
-            f"{halo} needs {want}; allocate local_shape + 2*halo per axis"
+            f"{halo} needs {want}; allocate local_shape + {per} per axis"
         )
-    for i, (h, ax) in enumerate(zip(halo, grid.axes, strict=True)):
+    for i, (h, ax) in enumerate(zip((max(p) for p in sides), grid.axes, strict=True)):
         if h > ax.min_length:
             raise HaloError(
                 f"halo[{i}] = {h} is wider than the smallest block on axis {i} "
@@ -105,22 +135,26 @@ def check_exchange(shape: Sequence[int], grid: CartGrid, halo, boundary):
 def exchange(ext, grid: CartGrid, halo: tuple[int, ...], faces, counter=None) -> None:
     """:func:`exchange_halo` without the checks (``halo``, ``faces``: :func:`check_exchange`).
 
-    ``ext`` may be a view (a deep halo's inner part) of a larger array.
+    ``ext`` may be a view (a deep halo's inner part) of a larger array; ``halo``
+    widths per axis or ``(below, above)`` pairs.
     """
-    for a, h in enumerate(halo):
-        if h:
-            _exchange_axis(ext, grid, a, halo, faces[a], counter)
+    sides = sides_of(halo)
+    for a, (lo, hi) in enumerate(sides):
+        if lo or hi:
+            _exchange_axis(ext, grid, a, sides, faces[a], counter)
 
 
 _NOTHING = np.empty(0, np.uint8)
 
 
-def _slabs(grid: CartGrid, a: int, halo: tuple[int, ...]):
-    """Low ghost, high ghost, low cells, high cells of axis ``a``, as index tuples."""
-    h, n = halo[a], grid.local_shape[a]
+def _slabs(grid: CartGrid, a: int, sides: tuple[tuple[int, int], ...]):
+    """Index tuples of axis ``a``: low ghost, high ghost, the cells sent down (the first
+    ``above``), the cells sent up (the last ``below``), and the cells the low and high
+    ghosts mirror (the first ``below``, the last ``above``)."""
+    (lo, hi), n = sides[a], grid.local_shape[a]
     # Earlier axes: full extent (their halos are filled); later axes: interior only.
     rest = [
-        slice(None) if b < a else slice(halo[b], halo[b] + grid.local_shape[b])
+        slice(None) if b < a else slice(sides[b][0], sides[b][0] + grid.local_shape[b])
         for b in range(grid.ndim)
     ]
 
@@ -128,21 +162,23 @@ def _slabs(grid: CartGrid, a: int, halo: tuple[int, ...]):
         rest[a] = slice(start, stop)
         return tuple(rest)
 
-    return sl(0, h), sl(h + n, 2 * h + n), sl(h, 2 * h), sl(n, n + h)
+    return (sl(0, lo), sl(lo + n, lo + n + hi), sl(lo, lo + hi), sl(n, n + lo),
+            sl(lo, 2 * lo), sl(lo + n - hi, lo + n))  # fmt: skip
 
 
-def _exchange_axis(ext, grid, a, halo, faces, counter) -> None:
-    low_ghost, high_ghost, low_cells, high_cells = _slabs(grid, a, halo)
+def _exchange_axis(ext, grid, a, sides, faces, counter) -> None:
+    low_ghost, high_ghost, down_cells, up_cells, low_mirror, high_mirror = _slabs(grid, a, sides)
+    lo, hi = sides[a]
     if grid.periods[a] and grid.dims[a] == 1:
-        ext[low_ghost] = ext[high_cells]
-        ext[high_ghost] = ext[low_cells]
+        ext[low_ghost] = ext[up_cells]
+        ext[high_ghost] = ext[down_cells]
         return
     down, up = grid.neighbours[a]
-    for src_cells, ghost, dest, source, tag in (
-        (high_cells, low_ghost, up, down, 2 * a),
-        (low_cells, high_ghost, down, up, 2 * a + 1),
+    for src_cells, ghost, dest, source, tag, width in (
+        (up_cells, low_ghost, up, down, 2 * a, lo),
+        (down_cells, high_ghost, down, up, 2 * a + 1, hi),
     ):
-        if dest == source == MPI.PROC_NULL:
+        if dest == source == MPI.PROC_NULL or not width:  # a side nobody reads: no message
             continue
         send = _NOTHING if dest == MPI.PROC_NULL else np.ascontiguousarray(ext[src_cells])
         target = ext[ghost]
@@ -153,10 +189,10 @@ def _exchange_axis(ext, grid, a, halo, faces, counter) -> None:
             counter.bytes += send.nbytes
         if source != MPI.PROC_NULL and recv is not target:
             ext[ghost] = recv
-    if down == MPI.PROC_NULL:
-        _fill_edge(ext, low_ghost, low_cells, faces[0], a)
-    if up == MPI.PROC_NULL:
-        _fill_edge(ext, high_ghost, high_cells, faces[1], a)
+    if down == MPI.PROC_NULL and lo:
+        _fill_edge(ext, low_ghost, low_mirror, faces[0], a)
+    if up == MPI.PROC_NULL and hi:
+        _fill_edge(ext, high_ghost, high_mirror, faces[1], a)
 
 
 def _fill_edge(ext, ghost, cells, bc, axis) -> None:
@@ -169,17 +205,17 @@ def fill_edges(ext: np.ndarray, grid: CartGrid, halo: tuple[int, ...], faces) ->
     What a deep halo needs between its sub-steps: no messages, only the
     faces of this rank that lie on the domain's edge, over the whole extent
     of the other axes, axis by axis (a later axis wins in the corners, as in
-    :func:`exchange`).
+    :func:`exchange`). ``halo``: widths per axis or ``(below, above)`` pairs.
     """
-    for a, h in enumerate(halo):
-        if not h or grid.periods[a]:
+    for a, (lo, hi) in enumerate(sides_of(halo)):
+        if grid.periods[a]:
             continue
         n = grid.local_shape[a]
         for side, neighbour in enumerate(grid.neighbours[a]):
-            if neighbour != MPI.PROC_NULL:
+            if neighbour != MPI.PROC_NULL or not (lo, hi)[side]:
                 continue
-            ghost, cells = (slice(0, h), slice(h, 2 * h)) if side == 0 else (
-                slice(h + n, 2 * h + n), slice(n, n + h))  # fmt: skip
+            ghost, cells = (slice(0, lo), slice(lo, 2 * lo)) if side == 0 else (
+                slice(lo + n, lo + n + hi), slice(lo + n - hi, lo + n))  # fmt: skip
             index = [slice(None)] * grid.ndim
             _fill_edge(ext, _at(index, a, ghost), _at(index, a, cells), faces[a][side], a)
 

@@ -18,6 +18,10 @@ Contract of :func:`run`:
   any rank count. A group never crosses a snapshot or callback step
   (:mod:`pgas.schedule`); the last group of a segment may be shorter, and
   exchanges a narrower halo.
+- Halos per side: ``halo`` may give a ``(below, above)`` pair per axis; the
+  kernel then receives ``below`` ghost cells before the block and ``above``
+  after it (returning ``e[1:]`` for ``((1, 0),)``), and only those sides are
+  exchanged, ``k`` times over (:attr:`pgas.loop.plan.Plan.exchanged`).
 - ``k`` comes from :func:`pgas.plan.choose_steps_per_exchange`: an int
   request is lowered, with a note, when ``k * halo`` exceeds the smallest
   block.
@@ -36,10 +40,16 @@ import numpy as np
 from pgas.errors import IndexingError, ShapeMismatchError
 from pgas.grid import schedule
 from pgas.grid.boundary import normalize_boundary
-from pgas.grid.decomposition import BlockAxis, dims_create, halo_widths
+from pgas.grid.decomposition import BlockAxis, dims_create, halo_sides
 from pgas.loop.plan import Plan, choose_steps_per_exchange
 from pgas.references.mpi.collectives import gather as gather_to_root
-from pgas.references.mpi.exchange import MessageCounter, check_exchange, exchange, fill_edges
+from pgas.references.mpi.exchange import (
+    MessageCounter,
+    check_exchange,
+    exchange,
+    fill_edges,
+    sides_of,
+)
 from pgas.references.mpi.grid import CartGrid, cart_grid, fill_local
 from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
@@ -115,39 +125,42 @@ def _update_bounds(grid: CartGrid, halo, faces, region) -> list[tuple[int, int]]
                 f"step; write slice(i, i + 1) for a single index"
             )
         lo, hi, _ = s.indices(ax.size)
+        keep = max(sides_of(halo)[a])  # the larger side, as the automatic path keeps
         if faces[a][0].keeps:
-            lo = max(lo, halo[a])
+            lo = max(lo, keep)
         if faces[a][1].keeps:
-            hi = min(hi, ax.size - halo[a])
+            hi = min(hi, ax.size - keep)
         bounds.append((lo, hi))
     return bounds
 
 
 class _Block:
-    """This rank's cells with a ghost rim ``k * halo`` wide, and the sub-step machinery."""
+    """This rank's cells with a ghost rim ``k * halo`` wide (``k * below`` before the block
+    and ``k * above`` after it, per axis), and the sub-step machinery."""
 
     def __init__(self, grid, halo, faces, bounds, k, dtype) -> None:
-        self.grid, self.halo, self.faces, self.k = grid, halo, faces, k
-        self.rim = tuple(k * h for h in halo)
+        self.grid, self.faces, self.k = grid, faces, k
+        self.halo = sides_of(halo)  # (below, above) per axis
+        self.rim = tuple((k * lo, k * hi) for lo, hi in self.halo)
         n = grid.local_shape
-        self.ext = np.zeros([m + 2 * r for m, r in zip(n, self.rim)], np.dtype(dtype))
-        self.core = self.ext[tuple(slice(r, r + m) for m, r in zip(n, self.rim))]
+        self.ext = np.zeros([m + lo + hi for m, (lo, hi) in zip(n, self.rim)], np.dtype(dtype))
+        self.core = self.ext[tuple(slice(r, r + m) for m, (r, _) in zip(n, self.rim))]
         # Per axis: may the cell at each position of ext take the kernel's value?
         self.masks = []
         for a, (lo, hi) in enumerate(bounds):
-            g = grid.axes[a].offset(grid.coords[a]) - self.rim[a] + np.arange(self.ext.shape[a])
+            g = grid.axes[a].offset(grid.coords[a]) - self.rim[a][0] + np.arange(self.ext.shape[a])
             ax_size = grid.axes[a].size
             g = g % ax_size if grid.periods[a] else g
             self.masks.append((g >= lo) & (g < hi) & (g >= 0) & (g < ax_size))
         self.checked = False
 
-    def view(self, width: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
-        """The part of ``ext`` with a rim ``width`` wide, and its update mask (None: all)."""
-        cut = tuple(
-            slice(r - w, r + m + w) for r, w, m in zip(self.rim, width, self.grid.local_shape)
-        )
+    def view(self, width: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The part of ``ext`` with a rim ``width`` wide (``(below, above)`` per axis), and
+        its update mask (None: all)."""
+        cut = tuple(slice(r - lo, r + m + hi) for (r, _), (lo, hi), m
+                    in zip(self.rim, width, self.grid.local_shape))  # fmt: skip
         inner = [
-            m[c][h : len(m[c]) - h] for m, c, h in zip(self.masks, cut, self.halo)
+            m[c][lo : len(m[c]) - hi] for m, c, (lo, hi) in zip(self.masks, cut, self.halo)
         ]  # fmt: skip
         if all(m.all() for m in inner):
             return self.ext[cut], None
@@ -158,10 +171,10 @@ class _Block:
 
     def advance(self, steps: int, kernel: Callable, counter: MessageCounter) -> None:
         """One exchange of a rim ``steps * halo`` wide, then ``steps`` sub-steps."""
-        width = tuple(steps * h for h in self.halo)
+        width = tuple((steps * lo, steps * hi) for lo, hi in self.halo)
         e, mask = self.view(width)
         exchange(e, self.grid, width, self.faces, counter)
-        inner = tuple(slice(h, s - h) for h, s in zip(self.halo, e.shape))
+        inner = tuple(slice(lo, s - hi) for (lo, hi), s in zip(self.halo, e.shape))
         for sub in range(steps):
             new = np.asarray(kernel(e))
             if not self.checked:
@@ -174,12 +187,15 @@ class _Block:
                 fill_edges(e, self.grid, width, self.faces)
 
     def check_shape(self, got: tuple[int, ...], ext_shape: tuple[int, ...]) -> None:
-        want = tuple(s - 2 * h for s, h in zip(ext_shape, self.halo))
+        want = tuple(s - lo - hi for s, (lo, hi) in zip(ext_shape, self.halo))
         if tuple(got) != want:
+            symmetric = all(lo == hi for lo, hi in self.halo)
+            halo = tuple(lo for lo, _ in self.halo) if symmetric else self.halo
             raise ShapeMismatchError(
                 f"kernel returned shape {tuple(got)} on rank {self.grid.rank} for a block of "
-                f"{ext_shape} cells with halo {self.halo}; return the new values of the cells "
-                f"inside the halo (shape {want}), e.g. 0.5*e[1:-1] + 0.25*(e[:-2] + e[2:])"
+                f"{ext_shape} cells with halo {halo}; return the new values of the cells "
+                f"inside the halo (shape {want}), e.g. 0.5*e[1:-1] + 0.25*(e[:-2] + e[2:]), "
+                f"or e[1:] - c*(e[1:] - e[:-1]) for halo ((1, 0),)"
             )
         self.checked = True
 
@@ -190,7 +206,8 @@ def plan(global_shape: Sequence[int], halo: int | Sequence[int], dims: int | Seq
 
     Args:
         global_shape: cells per axis of the global field.
-        halo: halo width (one for all axes, or one per axis).
+        halo: halo width (one for all axes, one per axis, or a ``(below, above)``
+            pair per axis).
         dims: ranks per axis, or the number of ranks (split as ``MPI_Dims_create``).
         steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
 
@@ -199,14 +216,18 @@ def plan(global_shape: Sequence[int], halo: int | Sequence[int], dims: int | Seq
     >>> p = plan((11,), 1, 2, "auto")
     >>> p.steps_per_exchange, p.halo, p.double
     (5, (5,), False)
+    >>> plan((11,), ((1, 0),), 2, 4).exchanged
+    ((4, 0),)
     """
     if isinstance(dims, int):
         dims = dims_create(dims, len(global_shape))
-    widths = halo_widths(halo, len(global_shape))
+    sides = halo_sides(halo, len(global_shape))
+    widths = tuple(max(p) for p in sides)
     blocks = [BlockAxis(n, d).min_length for n, d in zip(global_shape, dims, strict=True)]
     choice = choose_steps_per_exchange(steps_per_exchange, blocks, widths)
     k = choice.steps_per_exchange
-    return Plan(widths, choice, tuple(k * w for w in widths), "cpu")
+    one_sided = None if all(lo == hi for lo, hi in sides) else sides
+    return Plan(widths, choice, tuple(k * w for w in widths), "cpu", sides=one_sided)
 
 
 def _setup(global_shape, halo, boundary, grid, dims):
@@ -218,9 +239,9 @@ def _setup(global_shape, halo, boundary, grid, dims):
             f"global_shape = {tuple(global_shape)} but grid has "
             f"{grid.global_shape}; pass the grid built for this shape"
         )
-    widths = halo_widths(halo, grid.ndim)
-    shape = [n + 2 * h for n, h in zip(grid.local_shape, widths)]
-    halo, faces = check_exchange(shape, grid, widths, faces)
+    sides = halo_sides(halo, grid.ndim)
+    shape = [n + lo + hi for n, (lo, hi) in zip(grid.local_shape, sides)]
+    halo, faces = check_exchange(shape, grid, sides, faces)
     return grid, halo, faces
 
 
@@ -268,7 +289,9 @@ def run(
         global_shape: cells per axis.
         dtype: the field's dtype.
         steps: number of time steps.
-        halo: ghost width one step reads, one or one per axis.
+        halo: ghost width one step reads, one, one per axis, or a ``(below, above)``
+            pair per axis (the kernel then receives ``below`` cells before the block
+            and ``above`` after it; only those sides are exchanged).
         boundary: as accepted by :func:`pgas.boundary.normalize_boundary`.
         region: global slices (unit step, negative indices allowed) of the
             cells that are updated; ``None`` = all.

@@ -26,7 +26,7 @@ from pgas.errors import PgasError
 from pgas.grid import schedule
 from pgas.loop.until import check_args, check_decision, choose_check_every, warn_not_converged
 from pgas.references.mpi.collectives import gather as gather_to_root
-from pgas.references.mpi.exchange import MessageCounter, exchange
+from pgas.references.mpi.exchange import MessageCounter, exchange, sides_of
 from pgas.references.mpi.loop import RunResult, _Block, _initialize, _setup, _update_bounds, plan
 from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
@@ -40,7 +40,8 @@ class _Reducer:
     """``reduce(values, op)`` over the cells the kernel writes, on all ranks; counts its calls."""
 
     def __init__(self, block: _Block) -> None:
-        core = [m[r : r + n] for m, r, n in zip(block.masks, block.rim, block.grid.local_shape)]
+        core = [m[lo : lo + n] for m, (lo, _), n in zip(block.masks, block.rim,
+                                                      block.grid.local_shape)]  # fmt: skip
         mask = core[0]
         for m in core[1:]:
             mask = mask[..., None] & m
@@ -193,9 +194,11 @@ def run_until(
             for size in schedule.groups(steps, k):
                 block.advance(size, kern, counter)
 
+        width = sides_of(halo)  # (below, above) per axis
+
         def check() -> bool:
-            e, _ = block.view(halo)
-            exchange(e, grid, halo, faces, counter)
+            e, _ = block.view(width)
+            exchange(e, grid, width, faces, counter)
             before = reduce.calls
             return bool(check_decision(test(e, reduce), reduce.calls - before))
 

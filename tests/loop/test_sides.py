@@ -1,0 +1,167 @@
+"""Halos per side: a one-sided stencil exchanges only the side it reads.
+
+Upwind steps in 1-D and 2-D and a stencil reading two cells on one side, on
+2 and 4 devices, at k = 1, at the default k and at a k that does not divide
+the steps: the compiled loop runs one collective-permute per split axis and
+exchange, its bytes equal the per-side ideal (written out here), and the
+results equal NumPy bit for bit (every coefficient a power of two, so XLA's
+fused multiply-adds round as NumPy does).
+"""
+
+import numpy as np
+import pytest
+from helpers import (
+    advect_diffuse_numpy,
+    downwind_numpy,
+    ring_numpy,
+    two_below_numpy,
+    upwind2d_numpy,
+    upwind_numpy,
+)
+from stencils import advect_diffuse, downwind, ring, two_below, upwind, upwind2d
+
+import pgas
+
+STENCILS_1D = {
+    "upwind": (upwind, upwind_numpy, (1, 0), pgas.Dirichlet(0.0)),  # Keep would fix u[-1]
+    "downwind": (downwind, downwind_numpy, (0, 1), pgas.Dirichlet(0.5)),
+    "two_below": (two_below, two_below_numpy, (2, 0), pgas.Neumann()),
+    "ring": (ring, ring_numpy, (1, 0), pgas.Periodic()),
+}
+
+
+def _permutes(report):
+    return [c for c in report.per_step if c.kind == "collective-permute"]
+
+
+@pytest.mark.parametrize("name", list(STENCILS_1D))
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("k", [1, "auto"])
+def test_one_sided_1d_sends_one_side(name, devices, k):
+    step, _, sides, bc = STENCILS_1D[name]
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    u = pgas.from_numpy(np.zeros(4096), mesh, boundary=bc)
+    plan = pgas.plan.plan(step, u, k)
+    kk = plan.steps_per_exchange
+    assert plan.sides == (sides,) and plan.exchanged == ((kk * sides[0], kk * sides[1]),)
+    assert plan.reads == sum(sides) + 1
+    report = pgas.comm_report(step, u, loop=True, steps_per_exchange=k)
+    assert report.steps_per_exchange == kk and (kk == 1) == (k == 1)
+    (permute,) = _permutes(report)  # one side, one collective-permute per exchange
+    ideal = kk * max(sides) * 8  # one slab of k * reach cells of 8 bytes, per exchange
+    assert permute.bytes == ideal and permute.shape == f"f64[1,{kk * max(sides)}]"
+    assert report.bytes("collective-permute") == report.ideal_bytes == ideal / kk
+    assert report.ratio == 1.0 and report.gathers == 0
+    periodic = name == "ring"
+    assert permute.messages == (devices if periodic else devices - 1)
+
+
+@pytest.mark.parametrize("name", list(STENCILS_1D))
+@pytest.mark.parametrize("n, devices", [(203, 2), (37, 4), (64, 4)])
+def test_one_sided_1d_equals_numpy(name, n, devices):
+    step, reference, _, bc = STENCILS_1D[name]
+    x0 = np.random.default_rng(n).random(n)
+    mesh = pgas.make_mesh(("x",), devices=devices)
+    want = reference(x0, 23)
+    for k in (1, 3, "auto"):
+        out = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=bc), 23, steps_per_exchange=k)
+        np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
+
+
+@pytest.mark.parametrize("devices, names", [(2, ("y",)), (4, ("y", "x"))])
+@pytest.mark.parametrize("k", [1, "auto"])
+def test_upwind_2d_sends_one_side_per_axis(devices, names, k):
+    mesh = pgas.make_mesh(names, devices=devices)
+    u = pgas.from_numpy(np.zeros((256, 256)), mesh, boundary=pgas.Dirichlet(1.0))
+    report = pgas.comm_report(upwind2d, u, loop=True, steps_per_exchange=k)
+    kk = report.steps_per_exchange
+    by, bx = (256 // d for d in dict(mesh.shape).values()) if devices == 4 else (128, 256)
+    # axis 0: k rows of the block, up; axis 1: k columns of the block and its filled rows (k
+    # below, none above), to the right
+    ideal = [kk * bx * 8] + ([kk * (by + kk) * 8] if devices == 4 else [])
+    assert sorted(c.bytes for c in _permutes(report)) == sorted(ideal)
+    assert report.bytes("collective-permute") == report.ideal_bytes == sum(ideal) / kk
+    assert report.ratio == 1.0 and report.gathers == 0
+
+
+@pytest.mark.parametrize("shape, names, devices", [((61, 45), ("y", "x"), 4),
+                                                   ((40, 33), ("y",), 2)])  # fmt: skip
+@pytest.mark.parametrize("step, reference", [(upwind2d, upwind2d_numpy),
+                                             (advect_diffuse, advect_diffuse_numpy)])  # fmt: skip
+def test_upwind_2d_equals_numpy(shape, names, devices, step, reference):
+    x0 = np.random.default_rng(7).random(shape)
+    mesh = pgas.make_mesh(names, devices=devices)
+    want = reference(x0, 19)
+    for k in (1, 2, 3, "auto"):  # k > 1: the double-buffered loop
+        out = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0)), 19,
+                       steps_per_exchange=k)  # fmt: skip
+        np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
+    seen = []  # a callback: the single-buffered loop, chunks of 10 steps
+    out = pgas.run(
+        step,
+        pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0)),
+        19,
+        steps_per_exchange=3,
+        chunk=10,
+        callback=lambda n, s: seen.append(n),
+    )
+    np.testing.assert_array_equal(out.to_numpy(), want)
+    assert seen == [10, 19]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_double_buffered_loop_sends_one_side(k):
+    from pgas.loop.report import parse_collectives
+    from pgas.loop.timeloop import compiled
+
+    mesh = pgas.make_mesh(("y", "x"), devices=4)
+    u = pgas.from_numpy(np.zeros((256, 256)), mesh)
+    assert pgas.plan.plan(upwind2d, u, k).double == (k > 1)
+    permutes = {c.shape for c in parse_collectives(compiled(upwind2d, u, k).as_text(), loop=True)
+                if c.per_step and c.kind == "collective-permute"}  # fmt: skip
+    # k rows of the block up; k columns of the block and its k filled rows below, right
+    assert permutes == {f"f64[1,{k},1,128]", f"f64[1,{128 + k},1,{k}]"}
+    plan = pgas.plan.plan(advect_diffuse, u, k)
+    assert plan.sides == ((1, 0), (1, 1)) and plan.exchanged == ((k, 0), (k, k))
+
+
+def test_a_plain_assignment_sends_one_side():
+    import jax
+
+    from pgas.loop.report import parse_collectives
+
+    mesh = pgas.make_mesh(("x",), devices=4)
+    x0 = np.random.default_rng(3).random(101)
+    u = pgas.from_numpy(x0, mesh)
+    hlo = jax.jit(lambda v: upwind(v.copy())).lower(u).compile().as_text()  # outside any loop
+    (permute,) = [c for c in parse_collectives(hlo) if c.kind == "collective-permute"]
+    assert permute.shape == "f64[1,1]"
+    np.testing.assert_array_equal(upwind(u).to_numpy(), upwind_numpy(x0, 1))
+
+
+def test_symmetric_plans_are_unchanged():
+    mesh = pgas.make_mesh(("x",), devices=4)
+    u = pgas.from_numpy(np.zeros(4096), mesh)
+
+    def heat(u):
+        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+        return u
+
+    plan = pgas.plan.plan(heat, u, 1)
+    assert plan.sides is None and plan.exchanged == ((1, 1),)
+    report = pgas.comm_report(heat, u, loop=True, steps_per_exchange=1)
+    assert [c.bytes for c in _permutes(report)] == [8, 8] and report.ratio == 1.0
+
+
+def test_reach_adds_up_per_side_across_assignments():
+    mesh = pgas.make_mesh(("x",), devices=2)
+    state = (pgas.from_numpy(np.zeros(64), mesh), pgas.from_numpy(np.zeros(64), mesh))
+
+    def step(s):
+        u, v = s
+        v[1:] = u[:-1]  # v reads u one below
+        u[1:] = v[1:] + v[:-1]  # u reads v (one below of u's) one more below
+        return u, v
+
+    plan = pgas.plan.plan(step, state, 1)
+    assert plan.widths == (2,) and plan.sides == ((2, 0),)
