@@ -78,10 +78,15 @@ def build(problem: Problem, mesh):
     >>> build(demo(), mesh_for(demo(), 1)).shape
     (8,)
     """
+    import jax
+
     from pgas.globalview.array import from_function
 
-    return from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
-                         boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+    u = from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
+                      boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+    # the host values go to the devices asynchronously: until they have, a process holds
+    # the state twice, so wait here rather than allocate the run's buffers on top of that
+    return jax.block_until_ready(u)
 
 
 def build_params(problem: Problem, mesh):
@@ -186,6 +191,12 @@ class _Checkpointer:
             ) from None
         self._say(f"restart: from step {step} (checkpoint {self.path})", always=True)
         return state, step
+
+    def reload(self, like, point: str):
+        """The state :meth:`restore` returned from ``point`` once more (quietly)."""
+        from pgas.io import checkpoint
+
+        return checkpoint.load(point, like, meta=self.meta)[0]
 
     def save(self, state, step: int) -> None:
         import jax
@@ -364,6 +375,10 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
     u, start = _restore(problem, opts, ckpt, fresh(), decision)
+    if start:  # the warm-up consumes the state: the timed run starts from it once more
+        again = lambda: ckpt.reload(fresh(), decision["resume"])  # noqa: E731
+    else:
+        again = fresh
     left, every, ck_every = opts.steps - start, _snapshot_every(opts), opts.checkpoint_every
     handover = bool(every or ck_every or progress.on)  # a callback between chunks
     plan = backend.plan(problem, u, opts.steps_per_exchange, handover=handover)
@@ -396,7 +411,9 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     with _closed_after(stream):
         if stream:
             stream.write(start, u)
-        u, seconds, waited = _timed(problem, backend, plan, u, left, chunk, callback, fresh,
+        held = [u]  # handed to the warm-up, which consumes it: one state at a time
+        del u
+        u, seconds, waited = _timed(problem, backend, plan, held, left, chunk, callback, again,
                                     stream, on_error)  # fmt: skip
     from pgas.io.blocks import host_blocks
 
@@ -487,23 +504,31 @@ def _final_checkpoint(err: BaseException, ckpt, stream, start: int, session: Ses
     ckpt._say(note, always=True)
 
 
-def _timed(problem, backend: Backend, plan: Plan, u, left: int, chunk, callback, fresh, stream,
-           on_error=None):  # fmt: skip
+def _timed(problem, backend: Backend, plan: Plan, held: list, left: int, chunk, callback, again,
+           stream, on_error=None):  # fmt: skip
     """Compile (a warm-up of what the timed run uses), then the timed run of ``plan``.
 
     The warm-up runs a step count that compiles the same programs
     (:meth:`~pgas.app.backends.Backend.warm_up_steps`: the same chunk length, or a
     count of the same parity, since a double-buffered loop has a program per parity),
-    with a callback where the run has one.
+    with a callback where the run has one. It runs on the state itself (``held``, a
+    one-element list this function empties, so that no caller keeps it alive), which
+    is then freed and built again (``again()``) for the timed run: a process never
+    holds two states.
     """
     import jax
 
+    u = held.pop()
     if left:
         if stream:  # the first snapshot written (its host copy freed) before the warm-up
             stream.flush()
         quiet = (lambda done, state: None) if callback else None
         n = backend.warm_up_steps(left, chunk)
-        jax.block_until_ready(backend.run(problem, fresh(), n, plan, chunk=chunk, callback=quiet))
+        warm = backend.run(problem, u, n, plan, chunk=chunk, callback=quiet)
+        del u
+        jax.block_until_ready(warm)
+        del warm
+        u = again()
     before = stream.seconds if stream else 0.0
     t0 = time.perf_counter()
     try:
