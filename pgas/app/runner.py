@@ -574,7 +574,7 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
     """The :class:`pgas.io.output.Stream` of a run with ``--out`` or ``--plot``, else None."""
     if not _snapshot_every(opts):
         return None
-    from pgas.io.blocks import block_chunks
+    from pgas.io.blocks import block_chunks, split_chunks
     from pgas.io.output import Output, Stream
 
     output = output or Output()
@@ -590,7 +590,8 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
     # the scratch store of --plot is pgas's own
     overwrite = opts.overwrite or opts.restart or not opts.out
     return Stream(opts.out or scratch_store(opts.plot[0]), output, cells, dtype, problem.decode,
-                  block_chunks(axes, factor), attrs, restart, comm, processes,
+                  split_chunks(block_chunks(axes, factor), dtype.itemsize), attrs, restart,
+                  comm, processes,
                   overwrite)  # fmt: skip
 
 

@@ -105,13 +105,23 @@ class ZarrBlocks:
         return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=array.store_path))
 
     def write_pieces(self, index: int, pieces: list[Piece], decode: Any) -> None:
-        """Write this process's decoded blocks of snapshot ``index``."""
+        """Write this process's decoded blocks of snapshot ``index``.
+
+        One assignment per row of chunks: zarr encodes the chunks of one assignment
+        concurrently, so a block written whole would hold the encodings of many chunks
+        at once; a row at a time holds those of one row.
+        """
         view = self._view(index + 1)
         for piece in pieces:
             region, cells = decode_piece(piece, decode, self.spec.shape)
             shared = self._partial_chunks(region)
+            first, rest = region[0], region[1:]
+            step = self.chunks[0]
+            cuts = [first.start, *range((first.start // step + 1) * step, first.stop, step)]
             with chunk_locks(self.spec.path, shared):
-                view[(index, *region)] = cells
+                for lo, hi in zip(cuts, [*cuts[1:], first.stop], strict=True):
+                    a, b = lo - first.start, hi - first.start
+                    view[(index, slice(lo, hi), *rest)] = cells[a:b]
 
     def _partial_chunks(self, region: tuple[slice, ...]) -> list[str]:
         """Keys of the chunks ``region`` touches but does not cover whole (shared chunks)."""
