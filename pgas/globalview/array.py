@@ -228,7 +228,9 @@ class _AtIndex:
 
 def physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, list]:
     """Global indices and validity of the physical positions selected by ``index``, per axis."""
-    pairs = [ax.global_index(np.arange(ax.padded)[sl]) for ax, sl in zip(layout.axes, index)]
+    # the selected positions only: an arange of the whole axis would be a field of indices
+    pairs = [ax.global_index(np.arange(*sl.indices(ax.padded)))
+             for ax, sl in zip(layout.axes, index)]  # fmt: skip
     return [g for g, _ in pairs], [v for _, v in pairs]
 
 
