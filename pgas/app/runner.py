@@ -83,7 +83,8 @@ def build(problem: Problem, mesh):
     from pgas.globalview.array import from_function
 
     u = from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
-                      boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+                      boundary=problem.boundary, halo=problem.halo or None,
+                      cells_per_value=problem.cells_per_value)  # fmt: skip
     # the host values go to the devices asynchronously: until they have, a process holds
     # the state twice, so wait here rather than allocate the run's buffers on top of that
     return jax.block_until_ready(u)
@@ -611,6 +612,7 @@ def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, progress: _Pr
                    mesh, plan, 0)  # fmt: skip
     stream = _stream(problem, opts, output, attrs, grid.axes, world, world.size, 0)
     every, region = _snapshot_every(opts), grid.block()
+    slab = max(1, (1 << 16) // problem.cells_per_value)  # cells per call of init: about 2**16
 
     last = []  # this rank's final block (a view of the loop's buffer: no copy)
 
@@ -626,14 +628,15 @@ def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, progress: _Pr
     with _closed_after(stream):
         if stream:
             block = np.empty(grid.local_shape, problem.dtype)
-            stream.write(0, mpi.fill_local(block, problem.init, grid), region)
+            stream.write(0, mpi.fill_local(block, problem.init, grid, slab), region)
             del block
         r = backend.run(problem, None, opts.steps, plan, chunk=chunk, callback=between,
                         gather=gather)  # fmt: skip
     comm = {"messages_per_step": r.messages_per_step, "bytes_per_step": r.bytes_per_step,
             "rank_bytes_per_step": list(r.rank_bytes_per_step), "grid": r.grid}  # fmt: skip
     if not last:  # no step ran: the state is the initial condition
-        last.append(mpi.fill_local(np.empty(grid.local_shape, problem.dtype), problem.init, grid))
+        last.append(mpi.fill_local(np.empty(grid.local_shape, problem.dtype), problem.init, grid,
+                                   slab))  # fmt: skip
     final = _final(problem, output, [(region, last[0])], world, world.size)
     field = _decode(problem, r.field)  # rank 0, only when asked (gather)
     return Result(

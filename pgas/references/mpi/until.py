@@ -191,7 +191,7 @@ def run_until(
 
         def advance(steps: int) -> None:
             for size in schedule.groups(steps, k):
-                block.advance(size, kern, counter)
+                block.advance(size, kern, counter, whole=fitted is not None)  # params: placed
 
         def check() -> bool:
             e, _ = block.view(halo)
