@@ -17,17 +17,23 @@ computes), then writes checkpoints (once the snapshots before are committed)
 and advances a progress bar. Memory does not grow with the number of
 snapshots.
 
-What a run holds per process: its own blocks of the state (and the buffers
-of the compiled loop over them), from the first line to the last, on every
-backend. The initial condition is built block by block
-(:func:`pgas.from_function`, or each rank's cells on ``mpi``); snapshots and
-checkpoints copy one block at a time; the checksum
-(:func:`pgas.io.checksum.checksum`) and the final diagnostics are computed
-from each process's blocks and combined with one small reduction. Nothing
-gathers the field unless asked: ``run(..., gather=True)`` puts the whole
-decoded field in :attr:`Result.field` (on every process for ``auto`` and
-``explicit``, on rank 0 for ``mpi``), at the cost of the whole field on
-each of them.
+What a run holds per process, from the first line to the last, on every
+backend: its own blocks of the state and the buffers of the compiled loop over
+them (on ``mpi``: the extended block and the kernel's temporaries of one slab
+of rows), plus, while a snapshot is written, one host copy of its blocks. Never
+a second state: the initial condition is built block by block, a slab of
+cells at a time (:func:`pgas.from_function` with the problem's
+``cells_per_value``, or each rank's cells on ``mpi``), and the run waits until
+the devices hold it; the warm-up runs on the state itself, which is then freed
+and built (or loaded from the checkpoint) again. Snapshots are written a row of
+store chunks at a time (decoded row by row), checkpoints block by block; the
+checksum (:func:`pgas.io.checksum.checksum`) and the final diagnostics are
+computed from each process's blocks and combined with one small reduction.
+Freed buffers go back to the system (:func:`pgas.runtime.memory.return_freed_buffers`,
+called by :func:`pgas.app.platform.start`). Nothing gathers the field unless
+asked: ``run(..., gather=True)`` puts the whole decoded field in
+:attr:`Result.field` (on every process for ``auto`` and ``explicit``, on rank 0
+for ``mpi``), at the cost of the whole field on each of them.
 """
 
 from __future__ import annotations
