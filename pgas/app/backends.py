@@ -212,7 +212,7 @@ class Mpi(Backend):
         return mpi.run(problem.kernel, problem.init, problem.shape, problem.dtype, steps,
                        problem.halo, problem.boundary, problem.region, chunk=chunk,
                        callback=callback, steps_per_exchange=plan.steps_per_exchange,
-                       gather=gather)  # fmt: skip
+                       gather=gather, cells_per_value=problem.cells_per_value)  # fmt: skip
 
     def run_until(self, problem, u, max_steps, requested, check_every, *, params=None,
                   callback=None, gather=False):  # fmt: skip

@@ -188,7 +188,9 @@ def start(opts, script: str, dtype: str | None = None, shape=None) -> Session:
     import jax
 
     from pgas.runtime import distributed
+    from pgas.runtime.memory import return_freed_buffers
 
+    return_freed_buffers()  # a process's peak is the blocks it holds, not ones it freed
     if get(opts.backend).launched:
         return _start_mpi(script)
     check_fits(opts.devices, shape)

@@ -114,6 +114,11 @@ class Problem:
         """Cells of the field users see (``cell_shape``, else ``shape``)."""
         return math.prod(self.cell_shape or self.shape)
 
+    @property
+    def cells_per_value(self) -> int:
+        """Cells ``init`` computes per stored value (64 for bit-packed words; else 1)."""
+        return max(1, -(-self.cells // max(1, math.prod(self.shape))))
+
 
 def load_problem(source: str, **kwargs) -> Problem:
     """Build a problem from ``"file.py:factory"`` or ``"module:factory"`` and keywords.

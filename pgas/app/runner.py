@@ -17,17 +17,23 @@ computes), then writes checkpoints (once the snapshots before are committed)
 and advances a progress bar. Memory does not grow with the number of
 snapshots.
 
-What a run holds per process: its own blocks of the state (and the buffers
-of the compiled loop over them), from the first line to the last, on every
-backend. The initial condition is built block by block
-(:func:`pgas.from_function`, or each rank's cells on ``mpi``); snapshots and
-checkpoints copy one block at a time; the checksum
-(:func:`pgas.io.checksum.checksum`) and the final diagnostics are computed
-from each process's blocks and combined with one small reduction. Nothing
-gathers the field unless asked: ``run(..., gather=True)`` puts the whole
-decoded field in :attr:`Result.field` (on every process for ``auto`` and
-``explicit``, on rank 0 for ``mpi``), at the cost of the whole field on
-each of them.
+What a run holds per process, from the first line to the last, on every
+backend: its own blocks of the state and the buffers of the compiled loop over
+them (on ``mpi``: the extended block and the kernel's temporaries of one slab
+of rows), plus, while a snapshot is written, one host copy of its blocks. Never
+a second state: the initial condition is built block by block, a slab of
+cells at a time (:func:`pgas.from_function` with the problem's
+``cells_per_value``, or each rank's cells on ``mpi``), and the run waits until
+the devices hold it; the warm-up runs on the state itself, which is then freed
+and built (or loaded from the checkpoint) again. Snapshots are written a row of
+store chunks at a time (decoded row by row), checkpoints block by block; the
+checksum (:func:`pgas.io.checksum.checksum`) and the final diagnostics are
+computed from each process's blocks and combined with one small reduction.
+Freed buffers go back to the system (:func:`pgas.runtime.memory.return_freed_buffers`,
+called by :func:`pgas.app.platform.start`). Nothing gathers the field unless
+asked: ``run(..., gather=True)`` puts the whole decoded field in
+:attr:`Result.field` (on every process for ``auto`` and ``explicit``, on rank 0
+for ``mpi``), at the cost of the whole field on each of them.
 """
 
 from __future__ import annotations
@@ -78,10 +84,16 @@ def build(problem: Problem, mesh):
     >>> build(demo(), mesh_for(demo(), 1)).shape
     (8,)
     """
+    import jax
+
     from pgas.globalview.array import from_function
 
-    return from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
-                         boundary=problem.boundary, halo=problem.halo or None)  # fmt: skip
+    u = from_function(problem.init, problem.shape, mesh, dtype=problem.dtype,
+                      boundary=problem.boundary, halo=problem.halo or None,
+                      cells_per_value=problem.cells_per_value)  # fmt: skip
+    # the host values go to the devices asynchronously: until they have, a process holds
+    # the state twice, so wait here rather than allocate the run's buffers on top of that
+    return jax.block_until_ready(u)
 
 
 def build_params(problem: Problem, mesh):
@@ -186,6 +198,12 @@ class _Checkpointer:
             ) from None
         self._say(f"restart: from step {step} (checkpoint {self.path})", always=True)
         return state, step
+
+    def reload(self, like, point: str):
+        """The state :meth:`restore` returned from ``point`` once more (quietly)."""
+        from pgas.io import checkpoint
+
+        return checkpoint.load(point, like, meta=self.meta)[0]
 
     def save(self, state, step: int) -> None:
         import jax
@@ -364,6 +382,10 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
     u, start = _restore(problem, opts, ckpt, fresh(), decision)
+    if start:  # the warm-up consumes the state: the timed run starts from it once more
+        again = lambda: ckpt.reload(fresh(), decision["resume"])  # noqa: E731
+    else:
+        again = fresh
     left, every, ck_every = opts.steps - start, _snapshot_every(opts), opts.checkpoint_every
     handover = bool(every or ck_every or progress.on)  # a callback between chunks
     plan = backend.plan(problem, u, opts.steps_per_exchange, handover=handover)
@@ -396,7 +418,9 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     with _closed_after(stream):
         if stream:
             stream.write(start, u)
-        u, seconds, waited = _timed(problem, backend, plan, u, left, chunk, callback, fresh,
+        held = [u]  # handed to the warm-up, which consumes it: one state at a time
+        del u
+        u, seconds, waited = _timed(problem, backend, plan, held, left, chunk, callback, again,
                                     stream, on_error)  # fmt: skip
     from pgas.io.blocks import host_blocks
 
@@ -487,23 +511,31 @@ def _final_checkpoint(err: BaseException, ckpt, stream, start: int, session: Ses
     ckpt._say(note, always=True)
 
 
-def _timed(problem, backend: Backend, plan: Plan, u, left: int, chunk, callback, fresh, stream,
-           on_error=None):  # fmt: skip
+def _timed(problem, backend: Backend, plan: Plan, held: list, left: int, chunk, callback, again,
+           stream, on_error=None):  # fmt: skip
     """Compile (a warm-up of what the timed run uses), then the timed run of ``plan``.
 
     The warm-up runs a step count that compiles the same programs
     (:meth:`~pgas.app.backends.Backend.warm_up_steps`: the same chunk length, or a
     count of the same parity, since a double-buffered loop has a program per parity),
-    with a callback where the run has one.
+    with a callback where the run has one. It runs on the state itself (``held``, a
+    one-element list this function empties, so that no caller keeps it alive), which
+    is then freed and built again (``again()``) for the timed run: a process never
+    holds two states.
     """
     import jax
 
+    u = held.pop()
     if left:
         if stream:  # the first snapshot written (its host copy freed) before the warm-up
             stream.flush()
         quiet = (lambda done, state: None) if callback else None
         n = backend.warm_up_steps(left, chunk)
-        jax.block_until_ready(backend.run(problem, fresh(), n, plan, chunk=chunk, callback=quiet))
+        warm = backend.run(problem, u, n, plan, chunk=chunk, callback=quiet)
+        del u
+        jax.block_until_ready(warm)
+        del warm
+        u = again()
     before = stream.seconds if stream else 0.0
     t0 = time.perf_counter()
     try:
@@ -549,7 +581,7 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
     """The :class:`pgas.io.output.Stream` of a run with ``--out`` or ``--plot``, else None."""
     if not _snapshot_every(opts):
         return None
-    from pgas.io.blocks import block_chunks
+    from pgas.io.blocks import block_chunks, split_chunks
     from pgas.io.output import Output, Stream
 
     output = output or Output()
@@ -565,7 +597,8 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
     # the scratch store of --plot is pgas's own
     overwrite = opts.overwrite or opts.restart or not opts.out
     return Stream(opts.out or scratch_store(opts.plot[0]), output, cells, dtype, problem.decode,
-                  block_chunks(axes, factor), attrs, restart, comm, processes,
+                  split_chunks(block_chunks(axes, factor), dtype.itemsize), attrs, restart,
+                  comm, processes,
                   overwrite)  # fmt: skip
 
 
@@ -585,6 +618,7 @@ def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, progress: _Pr
                    mesh, plan, 0)  # fmt: skip
     stream = _stream(problem, opts, output, attrs, grid.axes, world, world.size, 0)
     every, region = _snapshot_every(opts), grid.block()
+    slab = max(1, (1 << 16) // problem.cells_per_value)  # cells per call of init: about 2**16
 
     last = []  # this rank's final block (a view of the loop's buffer: no copy)
 
@@ -600,14 +634,15 @@ def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, progress: _Pr
     with _closed_after(stream):
         if stream:
             block = np.empty(grid.local_shape, problem.dtype)
-            stream.write(0, mpi.fill_local(block, problem.init, grid), region)
+            stream.write(0, mpi.fill_local(block, problem.init, grid, slab), region)
             del block
         r = backend.run(problem, None, opts.steps, plan, chunk=chunk, callback=between,
                         gather=gather)  # fmt: skip
     comm = {"messages_per_step": r.messages_per_step, "bytes_per_step": r.bytes_per_step,
             "rank_bytes_per_step": list(r.rank_bytes_per_step), "grid": r.grid}  # fmt: skip
     if not last:  # no step ran: the state is the initial condition
-        last.append(mpi.fill_local(np.empty(grid.local_shape, problem.dtype), problem.init, grid))
+        last.append(mpi.fill_local(np.empty(grid.local_shape, problem.dtype), problem.init, grid,
+                                   slab))  # fmt: skip
     final = _final(problem, output, [(region, last[0])], world, world.size)
     field = _decode(problem, r.field)  # rank 0, only when asked (gather)
     return Result(

@@ -228,14 +228,16 @@ class _AtIndex:
 
 def physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, list]:
     """Global indices and validity of the physical positions selected by ``index``, per axis."""
-    pairs = [ax.global_index(np.arange(ax.padded)[sl]) for ax, sl in zip(layout.axes, index)]
+    # the selected positions only: an arange of the whole axis would be a field of indices
+    pairs = [ax.global_index(np.arange(*sl.indices(ax.padded)))
+             for ax, sl in zip(layout.axes, index)]  # fmt: skip
     return [g for g, _ in pairs], [v for _, v in pairs]
 
 
 _CHUNK = 1 << 16  # stored values built at a time: an init may expand each (64 cells a word)
 
 
-def _build(layout: Layout, dtype: np.dtype, block: Callable) -> GlobalArray:
+def _build(layout: Layout, dtype: np.dtype, block: Callable, chunk: int = _CHUNK) -> GlobalArray:
     """Make the physical array shard by shard; ``block(coords)`` gives a shard's values.
 
     A shard is filled a slab of rows at a time, so building it holds the shard
@@ -249,7 +251,7 @@ def _build(layout: Layout, dtype: np.dtype, block: Callable) -> GlobalArray:
         coords, valid = physical_coords(layout, (slice(0, 0), *index[1:]))
         start, stop, _ = index[0].indices(first.padded)
         out = np.zeros((stop - start, *(len(c) for c in coords[1:])), dtype)
-        rows = max(1, _CHUNK // max(1, math.prod(out.shape[1:])))
+        rows = max(1, chunk // max(1, math.prod(out.shape[1:])))
         for r0 in range(start, stop, rows):
             g, v = first.global_index(np.arange(r0, min(r0 + rows, stop)))
             ok = [v, *valid[1:]]
@@ -319,12 +321,15 @@ def from_function(
     spec: Sequence[str | None] | None = None,
     boundary: object = None,
     halo: int | Sequence[int | None] | None = None,
+    cells_per_value: int = 1,
 ) -> GlobalArray:
     """Build a global array from a function of global cell indices, block by block.
 
     ``fn(i)`` (1-D), ``fn(i, j)`` (2-D) or ``fn(i, j, k)`` (3-D) receives NumPy
     integer index arrays (broadcast against each other, ``indexing="ij"``) of
-    one block only, so no process ever holds the whole field.
+    one block only, so no process ever holds the whole field. ``fn`` is called on
+    slabs of about 2**16 / ``cells_per_value`` values: give the cells it computes per
+    value (e.g. 64 for bit-packed words) so that its temporaries stay a slab's.
 
     >>> import numpy as np, pgas
     >>> pgas.from_function(lambda i: 2 * i, (4,), pgas.make_mesh(devices=1)).to_numpy()
@@ -337,7 +342,7 @@ def from_function(
         grids = np.meshgrid(*coords, indexing="ij", sparse=True)
         return np.broadcast_to(fn(*grids), tuple(len(c) for c in coords))
 
-    return _build(layout, dt, block)
+    return _build(layout, dt, block, max(1, _CHUNK // max(1, int(cells_per_value))))
 
 
 def full(

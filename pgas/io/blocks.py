@@ -6,7 +6,9 @@ pieces of a ``pgas.GlobalArray`` (its addressable shards, padding dropped, by
 the layout's block distribution, :class:`pgas.decomposition.BlockAxis`);
 :func:`decode_piece` turns stored values into cells (e.g. packed bits into a
 board), which changes the region; :func:`block_chunks` gives the store chunks
-that follow the blocks.
+that follow the blocks, and :func:`split_chunks` cuts them to at most
+:data:`CHUNK_BYTES` (a writer encodes a chunk at a time, so that bounds what
+writing a block holds beyond the block).
 """
 
 from __future__ import annotations
@@ -19,7 +21,19 @@ import numpy as np
 from pgas.grid.decomposition import BlockAxis
 from pgas.io.dataset import ResultsError
 
-__all__ = ["BlockError", "Piece", "Region", "block_chunks", "decode_piece", "host_blocks"]
+__all__ = [
+    "BlockError",
+    "CHUNK_BYTES",
+    "Piece",
+    "Region",
+    "block_chunks",
+    "decode_piece",
+    "host_blocks",
+    "split_chunks",
+]
+
+#: the most bytes of one store chunk that :func:`split_chunks` leaves
+CHUNK_BYTES = 8 << 20
 
 Region = tuple[slice, ...]
 Piece = tuple[Region, np.ndarray]
@@ -43,6 +57,23 @@ def block_chunks(axes: Sequence[BlockAxis], factor: Sequence[int] | None = None)
     """
     factor = [1] * len(axes) if factor is None else list(factor)
     return tuple(a.block * f for a, f in zip(axes, factor, strict=True))
+
+
+def split_chunks(chunks: Sequence[int], itemsize: int, limit: int = CHUNK_BYTES) -> tuple[int, ...]:
+    """``chunks`` cut along the first axis into equal parts of at most about ``limit`` bytes.
+
+    A chunk of a block's size costs its size again (and its encoding) while it is
+    written; parts of it bound that. Where a part does not divide the block, the chunk
+    at a block's edge is shared with the next block (writers lock shared chunks).
+
+    >>> split_chunks((16_000_003,), 8), split_chunks((334,), 8), split_chunks((8192, 8192), 1)
+    ((1000001,), (334,), (1024, 8192))
+    """
+    row = itemsize * int(np.prod(chunks[1:], dtype=np.int64))
+    parts = -(-chunks[0] * row // max(limit, 1))
+    if parts <= 1:
+        return tuple(chunks)
+    return (-(-chunks[0] // parts), *chunks[1:])
 
 
 def host_blocks(field: Any, copy: bool = True) -> list[Piece]:

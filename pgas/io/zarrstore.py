@@ -105,13 +105,19 @@ class ZarrBlocks:
         return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=array.store_path))
 
     def write_pieces(self, index: int, pieces: list[Piece], decode: Any) -> None:
-        """Write this process's decoded blocks of snapshot ``index``."""
+        """Write this process's decoded blocks of snapshot ``index``.
+
+        One assignment per row of chunks: zarr encodes the chunks of one assignment
+        concurrently, so a block written whole would hold the encodings of many chunks
+        at once; a row at a time holds those of one row.
+        """
         view = self._view(index + 1)
         for piece in pieces:
-            region, cells = decode_piece(piece, decode, self.spec.shape)
-            shared = self._partial_chunks(region)
+            shared = self._partial_chunks(_cell_region(piece, decode, self.spec.shape))
             with chunk_locks(self.spec.path, shared):
-                view[(index, *region)] = cells
+                for part in _row_parts(piece, decode, self.chunks[0]):
+                    region, cells = decode_piece(part, decode, self.spec.shape)
+                    view[(index, *region)] = cells
 
     def _partial_chunks(self, region: tuple[slice, ...]) -> list[str]:
         """Keys of the chunks ``region`` touches but does not cover whole (shared chunks)."""
@@ -140,6 +146,33 @@ class ZarrBlocks:
             array.resize((length,))
         time.resize((length,))  # last: readers open a consistent store up to here
         _consolidate(self.spec)
+
+
+def _cell_region(piece: Piece, decode: Any, shape) -> tuple[slice, ...]:
+    """The cells ``piece`` covers once decoded (from its first and last rows only)."""
+    region, block = piece
+    if decode is None or block.shape[0] == 0:
+        return decode_piece(piece, decode, shape)[0]
+    head = decode_piece(((slice(region[0].start, region[0].start + 1), *region[1:]), block[:1]),
+                        decode, shape)[0]  # fmt: skip
+    tail = decode_piece(((slice(region[0].stop - 1, region[0].stop), *region[1:]), block[-1:]),
+                        decode, shape)[0]  # fmt: skip
+    return (slice(head[0].start, tail[0].stop), *head[1:])
+
+
+def _row_parts(piece: Piece, decode: Any, rows: int):
+    """``piece`` cut along its first axis into parts of about ``rows`` cell rows (a row of
+    store chunks), each decoded on its own: writing holds one part's cells and encodings."""
+    region, block = piece
+    first = region[0]
+    per = 1
+    if decode is not None and block.shape[0]:
+        per = max(1, np.asarray(decode(block[:1])).shape[0])  # cell rows per stored row
+    step = max(1, rows // per)
+    start = first.start
+    cuts = [start, *range((start // step + 1) * step, first.stop, step)]
+    for lo, hi in zip(cuts, [*cuts[1:], first.stop], strict=True):
+        yield (slice(lo, hi), *region[1:]), block[lo - start : hi - start]
 
 
 def lock_dir(path: Path) -> Path:

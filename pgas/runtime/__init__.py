@@ -5,6 +5,7 @@ or one process (:mod:`~pgas.runtime.distributed`), detecting the launcher
 (:mod:`~pgas.runtime.launcher`), asking for virtual CPU devices
 (:mod:`~pgas.runtime.devices`), and the processes of a run as one
 (:mod:`~pgas.runtime.group`: decisions made once on process 0 and shared),
-and ending every process when one fails (:mod:`~pgas.runtime.failure`).
+ending every process when one fails (:mod:`~pgas.runtime.failure`), and giving
+freed field-sized buffers back to the system (:mod:`~pgas.runtime.memory`).
 Imports nothing from pgas but :mod:`pgas.errors`.
 """

@@ -99,7 +99,8 @@ def _restore(like: GlobalArray, reader: _BlockReader) -> GlobalArray:
 
     def callback(index):
         index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
-        pairs = [ax.global_index(np.arange(ax.padded)[sl]) for ax, sl in zip(layout.axes, index)]
+        pairs = [ax.global_index(np.arange(*sl.indices(ax.padded)))
+                 for ax, sl in zip(layout.axes, index)]  # fmt: skip
         coords, valid = [c for c, _ in pairs], [v for _, v in pairs]
         real = [c[v] for c, v in zip(coords, valid, strict=True)]
         lo = tuple(int(r.min()) for r in real)

@@ -55,6 +55,8 @@ from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
 __all__ = ["RunResult", "plan", "run"]
 
+_SLAB = 1 << 17  # cells per slab of a sub-step: the kernel's temporaries are a slab's
+
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
@@ -154,9 +156,9 @@ class _Block:
             self.masks.append((g >= lo) & (g < hi) & (g >= 0) & (g < ax_size))
         self.checked = False
 
-    def view(self, width: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    def view(self, width: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, list | None]:
         """The part of ``ext`` with a rim ``width`` wide (``(below, above)`` per axis), and
-        its update mask (None: all)."""
+        its update mask per axis (of the cells inside the halo; None: all)."""
         cut = tuple(slice(r - lo, r + m + hi) for (r, _), (lo, hi), m
                     in zip(self.rim, width, self.grid.local_shape))  # fmt: skip
         inner = [
@@ -164,27 +166,59 @@ class _Block:
         ]  # fmt: skip
         if all(m.all() for m in inner):
             return self.ext[cut], None
-        mask = inner[0]
-        for m in inner[1:]:
-            mask = mask[..., None] & m
-        return self.ext[cut], mask
+        return self.ext[cut], inner
 
-    def advance(self, steps: int, kernel: Callable, counter: MessageCounter) -> None:
-        """One exchange of a rim ``steps * halo`` wide, then ``steps`` sub-steps."""
+    def advance(self, steps: int, kernel: Callable, counter: MessageCounter,
+                whole: bool = False) -> None:  # fmt: skip
+        """One exchange of a rim ``steps * halo`` wide, then ``steps`` sub-steps (``whole``:
+        the kernel on the whole extended block, for a kernel that reads where it is)."""
         width = tuple((steps * lo, steps * hi) for lo, hi in self.halo)
-        e, mask = self.view(width)
+        e, masks = self.view(width)
         exchange(e, self.grid, width, self.faces, counter)
-        inner = tuple(slice(lo, s - hi) for (lo, hi), s in zip(self.halo, e.shape))
         for sub in range(steps):
-            new = np.asarray(kernel(e))
-            if not self.checked:
-                self.check_shape(new.shape, e.shape)
-            if mask is None:
-                e[inner] = new
-            else:
-                np.copyto(e[inner], new, where=mask, casting="unsafe")  # as `e[inner] = new`
+            self.substep(e, masks, kernel, whole)
             if sub < steps - 1:
                 fill_edges(e, self.grid, width, self.faces)
+
+    def substep(self, e: np.ndarray, masks: list[np.ndarray] | None, kernel: Callable,
+                whole: bool = False) -> None:  # fmt: skip
+        """``e``'s cells inside the halo take ``kernel(e)`` where ``masks`` allow, in place.
+
+        The kernel runs on slabs of rows (with their halo), so its temporaries are a
+        slab's, not the block's. A slab's result is written once the next slab is
+        computed (that one still reads the old rows at their border; a slab is at
+        least ``below + above`` rows, so the one after never does), so the values are
+        those of one call on the whole block, bitwise.
+        """
+        lo, hi = self.halo[0]
+        rows = e.shape[0] - lo - hi
+        across = int(np.prod([s - b - a for s, (b, a) in zip(e.shape[1:], self.halo[1:])]))
+        tile = max(rows, 1) if whole else max(lo + hi, 1, _SLAB // max(across, 1))
+        held = None
+        for r0 in range(0, max(rows, 1), tile):
+            r1 = min(r0 + tile, rows)
+            part = e[r0 : r1 + lo + hi]
+            new = np.asarray(kernel(part))
+            if not self.checked:
+                self.check_shape(new.shape, part.shape)
+            if held is not None:
+                self._put(e, masks, *held)
+            held = (r0, r1, new)
+        if held is not None:
+            self._put(e, masks, *held)
+
+    def _put(self, e, masks, r0: int, r1: int, new: np.ndarray) -> None:
+        """Rows ``r0:r1`` of the cells inside the halo take ``new`` where ``masks`` allow."""
+        first = self.halo[0][0]
+        inner = tuple(slice(b, s - a) for (b, a), s in zip(self.halo[1:], e.shape[1:]))
+        target = e[(slice(first + r0, first + r1), *inner)]
+        if masks is None:
+            target[...] = new
+            return
+        mask = masks[0][r0:r1]
+        for m in masks[1:]:
+            mask = mask[..., None] & m
+        np.copyto(target, new, where=mask, casting="unsafe")  # as `target[...] = new`
 
     def check_shape(self, got: tuple[int, ...], ext_shape: tuple[int, ...]) -> None:
         want = tuple(s - lo - hi for s, (lo, hi) in zip(ext_shape, self.halo))
@@ -245,9 +279,9 @@ def _setup(global_shape, halo, boundary, grid, dims):
     return grid, halo, faces
 
 
-def _initialize(block: _Block, init: Callable, grid: CartGrid) -> None:
-    try:
-        fill_local(block.core, init, grid)  # a slab at a time: no block-sized temporaries
+def _initialize(block: _Block, init: Callable, grid: CartGrid, cells_per_value: int = 1) -> None:
+    try:  # a slab at a time: no block-sized temporaries
+        fill_local(block.core, init, grid, max(1, (1 << 16) // max(1, cells_per_value)))
     except ValueError as err:
         raise ShapeMismatchError(
             f"init returned values that do not fit a block of {grid.local_shape} (filled a "
@@ -273,6 +307,7 @@ def run(
     callback: Callable[[int, np.ndarray], None] | None = None,
     steps_per_exchange: int | str = "auto",
     gather: bool = True,
+    cells_per_value: int = 1,
 ) -> RunResult:
     """Run an explicit stencil time loop over all ranks and gather the result.
 
@@ -311,6 +346,8 @@ def run(
         gather: gather the final field to rank 0 (``RunResult.field``; the whole
             field on rank 0); ``False``: no process holds more than its block
             (read it in ``callback``, which also runs after the last step).
+        cells_per_value: cells ``init`` computes per value (e.g. 64 for bit-packed
+            words): it is called on slabs of about 2**16 cells.
 
     Snapshot gathers and callbacks are not counted in ``seconds``.
 
@@ -332,7 +369,7 @@ def run(
         choice = plan(global_shape, halo, grid.dims, steps_per_exchange).choice
         bounds = _update_bounds(grid, halo, faces, region)
         block = _Block(grid, halo, faces, bounds, choice.steps_per_exchange, dtype)
-        _initialize(block, init, grid)
+        _initialize(block, init, grid, cells_per_value)
         counter = MessageCounter()
         snaps = [gather_to_root(block.core, grid)] if every else []
         seconds, wall = _loop(block, kernel, steps, every, chunk, callback, counter, snaps)

@@ -192,7 +192,7 @@ def run_until(
 
         def advance(steps: int) -> None:
             for size in schedule.groups(steps, k):
-                block.advance(size, kern, counter)
+                block.advance(size, kern, counter, whole=fitted is not None)  # params: placed
 
         width = sides_of(halo)  # (below, above) per axis
 
