@@ -29,11 +29,33 @@ def pytest_report_header(config):
     ]
 
 
-# Under pytest-xdist (``make test`` runs two workers), every test of a module that launches
-# processes (mpiexec, srun, Slurm, subprocesses) runs on one worker, one at a time
-# (``--dist loadgroup``): two multi-process runs never compete for the cores, ports or a
-# Slurm cluster, while the in-process tests run beside them on the other worker.
+# Under pytest-xdist (``make test`` runs two workers), every test that launches processes
+# (mpiexec, srun, Slurm, subprocesses) runs on one worker, one at a time (``--dist
+# loadgroup``): two multi-process runs never compete for the cores, ports or a Slurm
+# cluster, while the in-process tests run beside them on both workers. A test launches
+# when its source, or that of a module-level function or fixture it names (at any
+# depth), matches; a test whose source cannot be found counts as launching.
 _LAUNCHES = re.compile(r"subprocess|mpiexec|MPIEXEC|srun|slurm|kill_after|run_example")
+
+
+def _launching(path) -> tuple[set[str], bool, set[str]]:
+    """A test module's functions that launch processes, whether the module does, and the
+    names of all its functions."""
+    import ast
+
+    text = path.read_text(errors="replace")
+    sources = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sources[node.name] = sources.get(node.name, "") + ast.get_source_segment(text, node)
+    found = {name for name, src in sources.items() if _LAUNCHES.search(src)}
+    grown = True
+    while grown:
+        named = {name for name, src in sources.items() if name not in found
+                 and any(re.search(rf"\b{re.escape(f)}\b", src) for f in found)}  # fmt: skip
+        found |= named
+        grown = bool(named)
+    return found, bool(_LAUNCHES.search(text)), set(sources)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,10 +63,12 @@ def pytest_collection_modifyitems(config, items):
         return
     import pytest
 
-    launches: dict[str, bool] = {}
+    modules: dict[str, tuple] = {}
     for item in items:
         path = str(item.path)
-        if path not in launches:
-            launches[path] = bool(_LAUNCHES.search(item.path.read_text(errors="replace")))
-        if launches[path]:
+        if path not in modules:
+            modules[path] = _launching(item.path) if path.endswith(".py") else (set(), True, set())
+        found, module, known = modules[path]
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        if name in found or (name not in known and module):
             item.add_marker(pytest.mark.xdist_group("processes"))
