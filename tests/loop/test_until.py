@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import jacobi_numpy
 from loop.test_scalars import cg_numpy, cg_state, cg_step
 
 import pgas
@@ -19,22 +20,6 @@ def jacobi(u, f):
 def small_residual(u, f):
     r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] - 4 * u[1:-1, 1:-1]
     return pgas.max(abs(r)) < 1e-6
-
-
-def jacobi_numpy(f: np.ndarray, check_every: int, max_steps: int):
-    """Jacobi from zero until max |residual| < 1e-6, checked every ``check_every`` sweeps."""
-    u, n = np.zeros_like(f), 0
-    while n < max_steps:
-        for _ in range(min(check_every, max_steps - n)):
-            new = u.copy()
-            new[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
-                                      + f[1:-1, 1:-1])  # fmt: skip
-            u, n = new, n + 1
-        r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] \
-            - 4 * u[1:-1, 1:-1]  # fmt: skip
-        if np.abs(r).max() < 1e-6:
-            break
-    return u, n
 
 
 def field(a, mesh):

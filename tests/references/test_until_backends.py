@@ -26,25 +26,10 @@ SCRIPT = ROOT / "tests" / "mpi_scripts" / "until_cases.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 sys.path.insert(0, str(SCRIPT.parent))
 import until_cases as uc  # noqa: E402
+from helpers import jacobi_numpy  # noqa: E402
 
 TOL = uc.TOL
 kernel, converged, F = uc.kernel, uc.converged, uc.F
-
-
-def jacobi_numpy(f: np.ndarray, check_every: int, max_steps: int, tol: float = TOL):
-    """Jacobi from zero until max |residual| < tol, checked every ``check_every`` sweeps."""
-    u, n = np.zeros_like(f), 0
-    while n < max_steps:
-        for _ in range(min(check_every, max_steps - n)):
-            new = u.copy()
-            new[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
-                                      + f[1:-1, 1:-1])  # fmt: skip
-            u, n = new, n + 1
-        r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] \
-            - 4 * u[1:-1, 1:-1]  # fmt: skip
-        if np.abs(r).max() < tol:
-            break
-    return u, n
 
 
 def step(u, f):
