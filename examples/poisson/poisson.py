@@ -163,6 +163,7 @@ def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) 
         step, done, kw = jacobi, jacobi_converged(tol, bb), {"params": field(b)}
     else:
         step, done, kw = cg, cg_converged(tol, bb), {}
+    kw["donate"] = True  # a fresh state each time: the loop may take its buffers
     pgas.run_until(step, _fresh(method, b, field), done, max_steps, **kw)  # compiles
     start = time.perf_counter()
     out = pgas.run_until(step, _fresh(method, b, field), done, max_steps, **kw)

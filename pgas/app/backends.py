@@ -138,7 +138,7 @@ class Auto(Backend):
 
         return run_until(problem.step, u, problem.converged, max_steps,
                          check_every=check_every, params=params,
-                         steps_per_exchange=requested)  # fmt: skip
+                         steps_per_exchange=requested, donate=True)  # fmt: skip
 
 
 class Explicit(Backend):

@@ -38,6 +38,7 @@ import numpy as np
 
 from pgas.errors import PgasError
 from pgas.globalview.reduce import traced_reductions
+from pgas.loop import kept
 from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
@@ -244,6 +245,7 @@ def run_until(
     check_every: int | str = AUTO,
     params: Any = None,
     steps_per_exchange: int | str = AUTO,
+    donate: bool = False,
 ) -> Until:
     """Run ``step`` until ``converged(state)`` holds, as one compiled ``while`` loop.
 
@@ -252,7 +254,7 @@ def run_until(
             ``(state, params) -> state`` with ``params``. It may compute scalars
             with reductions and return them in the state (conjugate gradients).
         state: a pytree of :class:`pgas.GlobalArray` fields and scalars (0-d
-            JAX arrays); its buffers are donated.
+            JAX arrays).
         converged: ``state -> bool`` (``(state, params) -> bool`` with
             ``params``): a scalar boolean, typically a comparison of a
             reduction (``pgas.max(abs(r)) < tol``), evaluated every
@@ -263,6 +265,9 @@ def run_until(
         params: as :func:`pgas.run`'s ``params=``; passed to ``converged`` too.
         steps_per_exchange: ``k`` or ``"auto"``, as for :func:`pgas.run`; with
             ``"auto"`` ``k`` is lowered to divide ``check_every``.
+        donate: hand ``state``'s buffers to the loop, as :func:`pgas.run`'s
+            ``donate``: no copy of the state, but ``state`` is invalid afterwards.
+            Default False: the loop works on a copy and ``state`` stays usable.
 
     Returns:
         An :class:`Until`: ``(state, steps_taken)``, with ``.converged``,
@@ -307,7 +312,7 @@ def run_until(
     if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
         out, n, done = _no_reverse(loop)(state, params)
         return Until(out, n, done, every, how, note)
-    out, n, done = _compiled(loop)(state, params)
+    out, n, done = _compiled(loop)(state if donate else kept.entered(lambda s: s, state), params)
     n, done = int(n), bool(done)
     if not done:
         warn_not_converged(max_steps, every)

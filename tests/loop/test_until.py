@@ -122,3 +122,15 @@ def test_reverse_mode_says_it_is_not_supported():
 def jacobi1d(u):
     u[1:-1] = 0.5 * (u[:-2] + u[2:])
     return u
+
+
+def test_the_callers_state_stays_usable_unless_donated():
+    """As pgas.run: the loop works on a copy by default; donate=True hands it the buffers."""
+    f = np.random.default_rng(9).random((15, 13)) / 14**2
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    u, b = field(np.zeros_like(f), mesh), field(f, mesh)
+    kept = pgas.run_until(jacobi, u, small_residual, 2000, check_every=8, params=b)
+    np.testing.assert_array_equal(u.to_numpy(), np.zeros_like(f))  # still the caller's zeros
+    given = pgas.run_until(jacobi, u, small_residual, 2000, check_every=8, params=b, donate=True)
+    assert u.data.is_deleted() and given.steps_taken == kept.steps_taken
+    np.testing.assert_array_equal(given.state.to_numpy(), kept.state.to_numpy())
