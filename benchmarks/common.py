@@ -7,6 +7,7 @@ import os
 import platform
 import resource
 import statistics
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,18 @@ import numpy as np
 # bytes that must move per cell update (read the old field once, write the new one once)
 BYTES_PER_CELL = {"heat1d_f32": 8, "heat1d_f64": 16, "life_u8": 2}
 DTYPES = {"heat1d_f32": "float32", "heat1d_f64": "float64", "life_u8": "uint8"}
+
+
+def median_seconds(fn, repeats: int, warm_up: bool = False) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls (after one untimed call: ``warm_up``)."""
+    if warm_up:
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def stats(times: list[float], cells: float) -> dict:

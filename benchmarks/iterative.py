@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, median_seconds  # noqa: E402
 
 
 def numpy_cg(b: np.ndarray, tol: float, most: int) -> int:
@@ -43,17 +41,6 @@ def numpy_cg(b: np.ndarray, tol: float, most: int) -> int:
         p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
         rr, n = new, n + 1
     return n
-
-
-def timed(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv=None) -> dict:
@@ -96,7 +83,8 @@ def main(argv=None) -> dict:
         pgas.run(P.jacobi, field(np.zeros_like(b)), args.sweeps, params=bf).data.block_until_ready()
 
     info = until()
-    t_until, t_run = timed(until, args.repeats), timed(fixed, args.repeats)
+    t_until = median_seconds(until, args.repeats, warm_up=True)
+    t_run = median_seconds(fixed, args.repeats, warm_up=True)
 
     bb = float((b * b).sum())
     solved = pgas.run_until(P.cg, P.cg_state(b, field), P.cg_converged(1e-8, bb), 10**5)
@@ -108,7 +96,7 @@ def main(argv=None) -> dict:
         )
         out.state["x"].data.block_until_ready()
 
-    t_cg = timed(cg, args.repeats)
+    t_cg = median_seconds(cg, args.repeats, warm_up=True)
     np_iters = numpy_cg(b, 1e-8, 10**5)
     result = {
         "benchmark": "iterative", "n": args.n, "devices": args.devices, "dtype": "float64",

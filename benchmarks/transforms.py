@@ -22,23 +22,12 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv=None) -> dict:
@@ -49,7 +38,7 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
     import jax
     import numpy as np
-    from common import machine
+    from common import machine, median_seconds
 
     import pgas
 
@@ -81,9 +70,10 @@ def main(argv=None) -> dict:
         same = np.array_equal(pgas.run(step, make(), steps).to_numpy(),
                               jitted(make()).to_numpy())  # fmt: skip
         us = [make() for _ in range(reps)]  # the standalone call donates its state
-        alone = median_time(lambda: pgas.run(step, us.pop(), steps).data.block_until_ready(), reps)
+        alone = median_seconds(lambda: pgas.run(step, us.pop(), steps).data.block_until_ready(),
+                               reps)  # fmt: skip
         u = make()
-        inside = median_time(lambda: jitted(u).data.block_until_ready(), reps)
+        inside = median_seconds(lambda: jitted(u).data.block_until_ready(), reps)
         out["jit"][name] = {"steps": steps, "standalone_s": alone, "jit_s": inside,
                             "ratio": inside / alone, "bitwise_equal": bool(same)}  # fmt: skip
         print(name, out["jit"][name], flush=True)
@@ -94,8 +84,8 @@ def main(argv=None) -> dict:
     u = cases["heat1d"][1]()
     jax.block_until_ready(fwd(u))
     jax.block_until_ready(vg(u))
-    t_fwd = median_time(lambda: jax.block_until_ready(fwd(u)), reps)
-    t_vg = median_time(lambda: jax.block_until_ready(vg(u)), reps)
+    t_fwd = median_seconds(lambda: jax.block_until_ready(fwd(u)), reps)
+    t_vg = median_seconds(lambda: jax.block_until_ready(vg(u)), reps)
     out["grad"] = {"steps": grad_steps, "k": k, "forward_s": t_fwd, "value_and_grad_s": t_vg,
                    "ratio": t_vg / t_fwd}  # fmt: skip
     print("grad", out["grad"], flush=True)
@@ -123,11 +113,11 @@ def main(argv=None) -> dict:
     make = cases["heat1d"][1]
     pgas.run(heat_c, make(), heat_steps, params=0.25).data.block_until_ready()
     us = [make() for _ in range(2 * reps)]
-    warm = median_time(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=0.25)
+    warm = median_seconds(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=0.25)
                        .data.block_until_ready(), reps)  # fmt: skip
     compiles.clear()
     values = iter(np.linspace(0.1, 0.4, reps))
-    new = median_time(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=float(next(values)))
+    new = median_seconds(lambda: pgas.run(heat_c, us.pop(), heat_steps, params=float(next(values)))
                       .data.block_until_ready(), reps)  # fmt: skip
     out["params"] = {"steps": heat_steps, "warm_s": warm, "new_value_s": new,
                      "ratio": new / warm, "compilations": len(compiles)}  # fmt: skip

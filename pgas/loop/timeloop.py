@@ -640,7 +640,7 @@ def run(
     _check_layout(state)
     keys = captured(step)
     if _traced(state, params, steps) or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
-        return _inline(step, state, steps, params, every, observe, asked, callback,
+        return _inline(step, state, steps, params, every, observe, asked, callback, keys,
                        steps_per_exchange, plan, remat_every)  # fmt: skip
     steps = int(steps)
     if steps == 0:
@@ -683,8 +683,8 @@ def run(
     return state, snaps
 
 
-def _inline(step, state, steps, params, every, observe, chunk, callback, steps_per_exchange,
-            plan, remat_every):  # fmt: skip
+def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
+            steps_per_exchange, plan, remat_every):  # fmt: skip
     """:func:`run` inside a caller's trace: the loop inlined into the caller's program."""
     if callback is not None or chunk is not None:
         raise PgasError(
@@ -704,7 +704,7 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, steps_p
     unit = k * (2 if k % 2 else 1) if how.double else k
     # fields captured from the enclosing scope are extended once per loop, as params are;
     # traced ones (a caller's argument) are not cached in a program, and exchange per read
-    held = tuple(c for c in captured(step) if not isinstance(c.obj, jax.core.Tracer))
+    held = tuple(c for c in keys if not isinstance(c.obj, jax.core.Tracer))
     prog = program(step, k, how.widths, every, observe, how.double, None, params is not None,
                    held, **_sides(how))  # fmt: skip
     return prog.inline(state, steps, params, _segment(remat_every, steps, unit))
