@@ -488,7 +488,8 @@ def captured(step: Callable, depth: int = 3) -> tuple:
             return
         seen.add(id(obj))
         if isinstance(obj, GlobalArray):
-            found.append(_Same(obj.data, obj if obj.ext is None else None))
+            plain = obj.ext is None and not obj.batch_ndim  # a field a loop can extend
+            found.append(_Same(obj.data, obj if plain else None))
         elif isinstance(obj, jax.Array):
             found.append(_Same(obj))
         elif isinstance(obj, (list, tuple, dict)) and level > 0:

@@ -383,3 +383,17 @@ def test_a_field_of_the_enclosing_scope_is_exchanged_once_like_a_param():
                            check_every=8).state  # fmt: skip
     np.testing.assert_array_equal(u.to_numpy(), pgas.run(_variable, make(), 64,
                                                           params=kappa).to_numpy())  # fmt: skip
+
+
+def test_a_step_may_capture_stacked_snapshots():
+    """Only plain fields of the enclosing scope are extended for the loop: a step that reads
+    the shape of stacked snapshots (not a field to extend) runs as it did."""
+    mesh = pgas.make_mesh(("x",), devices=2)
+    x0 = np.arange(16.0, dtype=np.float32)
+    _, snaps = pgas.run(heat, pgas.from_numpy(x0, mesh), 4, snapshot_every=2)
+
+    def step(u):
+        return heat(u) if snaps.shape[0] == 2 else u
+
+    out = pgas.run(step, pgas.from_numpy(x0, mesh), 4, steps_per_exchange=2)
+    np.testing.assert_array_equal(out.to_numpy(), heat_numpy(x0, 4))
