@@ -403,6 +403,7 @@ def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
     if widths is None:
         yield params
         return
-    copies = {id(g): (g.data, read_only(g, widths, k)) for g in fields}
+    copies = {id(g): (g.data, read_only(g, widths, k))
+              for g in fields if g.layout.ndim == len(widths)}  # fmt: skip
     with holding(copies):
         yield read_only(params, widths, k)
