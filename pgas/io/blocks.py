@@ -29,11 +29,13 @@ __all__ = [
     "block_chunks",
     "decode_piece",
     "host_blocks",
+    "host_copy",
     "split_chunks",
 ]
 
-#: the most bytes of one store chunk that :func:`split_chunks` leaves
-CHUNK_BYTES = 8 << 20
+#: the most bytes of one store chunk that :func:`split_chunks` leaves (zarr holds a few times
+#: a chunk while it encodes it: benchmarks/README.md, "Memory per process")
+CHUNK_BYTES = 1 << 20
 
 Region = tuple[slice, ...]
 Piece = tuple[Region, np.ndarray]
@@ -67,7 +69,7 @@ def split_chunks(chunks: Sequence[int], itemsize: int, limit: int = CHUNK_BYTES)
     at a block's edge is shared with the next block (writers lock shared chunks).
 
     >>> split_chunks((16_000_003,), 8), split_chunks((334,), 8), split_chunks((8192, 8192), 1)
-    ((1000001,), (334,), (1024, 8192))
+    ((130082,), (334,), (128, 8192))
     """
     row = itemsize * int(np.prod(chunks[1:], dtype=np.int64))
     parts = -(-chunks[0] * row // max(limit, 1))
@@ -76,14 +78,17 @@ def split_chunks(chunks: Sequence[int], itemsize: int, limit: int = CHUNK_BYTES)
     return (-(-chunks[0] // parts), *chunks[1:])
 
 
-def host_blocks(field: Any, copy: bool = True) -> list[Piece]:
+def host_blocks(field: Any, copy: bool = True, into: Sequence[Piece] | None = None) -> list[Piece]:
     """This process's blocks of a ``pgas.GlobalArray`` as ``(global slices, host copy)``.
 
     Uses ``field.data.addressable_shards`` (one replica of each block) and
     the layout's block distribution: the padding of a short block is never
     copied. The copies own their memory (the device buffers may be donated);
     with ``copy=False`` the blocks are read-only views of the device buffers
-    where the platform allows (the CPU), valid while the field is.
+    where the platform allows (the CPU), valid while the field is. ``into``:
+    the pieces of an earlier call on a field of the same layout, whose host
+    arrays are free to be overwritten: the copies go into them (a stream of
+    snapshots allocates its host blocks once, not once per snapshot).
 
     >>> import pgas
     >>> u = pgas.from_numpy(np.arange(5.0), pgas.make_mesh(devices=1))
@@ -96,7 +101,7 @@ def host_blocks(field: Any, copy: bool = True) -> list[Piece]:
             f"field has shape {field.shape} with {field.data.ndim - layout.ndim} batch axes; "
             f"write one snapshot at a time (a field of shape {layout.shape})"
         )
-    pieces = []
+    pieces, reuse = [], iter(into or ())
     for shard in field.data.addressable_shards:
         if shard.replica_id != 0:
             continue
@@ -108,9 +113,24 @@ def host_blocks(field: Any, copy: bool = True) -> list[Piece]:
             crop.append(slice(0, n))
         if all(r.stop > r.start for r in region):
             block = np.asarray(shard.data)[tuple(crop)]
-            block = np.array(block, copy=True) if copy else block
-            pieces.append((tuple(region), block))
+            piece = (tuple(region), block)
+            pieces.append(host_copy(piece, next(reuse, None)) if copy else piece)
     return pieces
+
+
+def host_copy(piece: Piece, into: Piece | None = None) -> Piece:
+    """``piece`` with its block copied: into ``into``'s array where region, shape and dtype match.
+
+    >>> a = np.zeros(2)
+    >>> host_copy(((slice(0, 2),), np.ones(2)), ((slice(0, 2),), a))[1] is a
+    True
+    """
+    region, block = piece
+    if into is not None and (into[0], into[1].shape, into[1].dtype) == (
+        region, block.shape, block.dtype):  # fmt: skip
+        np.copyto(into[1], block)
+        return region, into[1]
+    return region, np.array(block, copy=True)
 
 
 def decode_piece(

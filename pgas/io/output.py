@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from pgas.io.blocks import decode_piece, host_blocks
+from pgas.io.blocks import decode_piece, host_blocks, host_copy
 from pgas.io.dataset import netcdf_safe_attrs
 
 __all__ = ["Output", "Stream", "local", "reducer", "update_attrs", "mpi_comm"]
@@ -139,6 +139,7 @@ class Stream:
         self.overwrite = overwrite
         self.reduce = reducer(comm, processes)
         self.writer = None
+        self.host: list = []  # the last snapshot's host blocks, reused once it is written
         self.seconds = 0.0  # spent in write(): host copies, diagnostics, hand-over
 
     def write(self, step: int, field: Any, region: tuple[slice, ...] | None = None) -> None:
@@ -148,9 +149,13 @@ class Stream:
 
             jax.block_until_ready(field.data)
         t0 = time.perf_counter()
-        if self.writer is not None:  # the previous snapshot written: its copy is freed first
+        if self.writer is not None:  # the previous snapshot written: its host copy is free
             self.writer.flush()
-        pieces = host_blocks(field) if region is None else [(tuple(region), np.asarray(field))]
+        if region is None:
+            pieces = host_blocks(field, into=self.host)
+        else:
+            pieces = [host_copy((tuple(region), np.asarray(field)), next(iter(self.host), None))]
+        self.host = pieces
         cells = [decode_piece(p, self.decode, self.shape)[1] for p in pieces]
         diagnostics = self.output.diagnostics
         values = diagnostics(cells, self.reduce) if diagnostics else {}
@@ -159,8 +164,8 @@ class Stream:
             self._open({k: np.asarray(v).dtype for k, v in values.items()})
         allgather = region is None and self.comm is None and self.processes > 1
         nc = Path(self.path).suffix.lower() == ".nc"
-        fresh = region is None  # host_blocks made copies: the writer need not copy them again
-        self.writer.write(step, field if (nc and allgather) else pieces, values, copy=not fresh)
+        # pieces are host copies that stay untouched until the next write's flush: no more copies
+        self.writer.write(step, field if (nc and allgather) else pieces, values, copy=False)
         self.seconds += time.perf_counter() - t0
 
     def flush(self) -> None:
