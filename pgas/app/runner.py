@@ -20,7 +20,8 @@ snapshots.
 What a run holds per process, from the first line to the last, on every
 backend: its own blocks of the state and the buffers of the compiled loop over
 them (on ``mpi``: the extended block and the kernel's temporaries of one slab
-of rows), plus, while a snapshot is written, one host copy of its blocks. Never
+of rows), plus one host copy of its blocks for snapshots (made once, then
+refilled at each snapshot once the one before is written). Never
 a second state: the initial condition is built block by block, a slab of
 cells at a time (:func:`pgas.from_function` with the problem's
 ``cells_per_value``, or each rank's cells on ``mpi``), and the run waits until
