@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from pgas.errors import PgasError
+from pgas.globalview import reprosum
+from pgas.globalview.reduce import reproducible_kind
 from pgas.grid import schedule
 from pgas.loop.until import check_args, check_decision, choose_check_every, warn_not_converged
 from pgas.references.mpi.collectives import gather as gather_to_root
@@ -37,7 +39,9 @@ _OPS = {"sum": (np.sum, MPI.SUM, 0), "max": (np.max, MPI.MAX, -np.inf),
 
 
 class _Reducer:
-    """``reduce(values, op)`` over the cells the kernel writes, on all ranks; counts its calls."""
+    """``reduce(values, op, reproducible=False)`` over the cells the kernel writes, on all
+    ranks; counts its calls. A float sum with ``reproducible=True`` is
+    :mod:`pgas.globalview.reprosum` on NumPy: a max ``Allreduce``, then one of the lanes."""
 
     def __init__(self, block: _Block) -> None:
         core = [m[lo : lo + n] for m, (lo, _), n in zip(block.masks, block.rim,
@@ -47,12 +51,24 @@ class _Reducer:
             mask = mask[..., None] & m
         self.mask = None if mask.all() else mask
         self.comm, self.calls = block.grid.comm, 0
+        self.size = math.prod(block.grid.global_shape)
 
-    def __call__(self, values, op: str = "sum"):
+    def __call__(self, values, op: str = "sum", reproducible: bool = False):
         if op not in _OPS:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_OPS)}")
         local, mpi_op, fill = _OPS[op]
         values = np.asarray(values)
+        if reproducible_kind(values.dtype, reproducible, op):
+            self.calls += 1
+            if self.mask is not None:
+                values = np.where(self.mask, values, np.zeros((), values.dtype))
+            amax = self.comm.allreduce(reprosum.local_max(values, np), op=MPI.MAX)
+            amax = np.asarray(amax, values.dtype)
+            with np.errstate(invalid="ignore"):  # inf - inf in the non-finite lane: nan
+                part = reprosum.lanes(values, amax, self.size, np)
+            summed = np.empty_like(part)
+            self.comm.Allreduce(part, summed, op=MPI.SUM)
+            return reprosum.combine(summed, amax, self.size, np)
         if self.mask is not None:
             if not np.issubdtype(values.dtype, np.floating) and op != "sum":
                 info = np.iinfo(values.dtype)
