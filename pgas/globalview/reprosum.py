@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["folds", "local_max", "lanes", "combine"]
+__all__ = ["folds", "local_max", "lanes", "combine", "total"]
 
 
 def folds(dtype: Any) -> int:
@@ -153,3 +153,19 @@ def combine(summed, amax, size: int, xp):
         total = total + summed[j]
     total = xp.ldexp(total, shift)
     return xp.where(xp.isfinite(xp.asarray(amax, dtype)), total, summed[k])
+
+
+def total(values, size: int | None = None, xp=np):
+    """The reproducible sum of ``values`` held whole in one process (a CG's first ``r.r``).
+
+    The same bits as :func:`pgas.sum` with ``reproducible=True`` of the same values on any
+    mesh, and the MPI path's ``reduce(..., reproducible=True)``, given the same ``size``
+    (the grid's cells; default ``values.size``).
+
+    >>> float(total(np.full(10, 0.1)))
+    1.0
+    """
+    values = xp.asarray(values)
+    size = values.size if size is None else size
+    amax = local_max(values, xp)
+    return combine(lanes(values, amax, size, xp), amax, size, xp)[()]

@@ -591,11 +591,26 @@ def run_until(
     same ``steps_taken`` as :func:`pgas.run_until` with the same
     ``check_every``, and the field bitwise equal to ``run(kernel, u,
     steps_taken)``. The reductions are not bitwise equal across backends or
-    decompositions (another order of the sum): they only decide when to stop.
+    decompositions (another order of the sum): they only decide when to stop,
+    unless they are ``reduce(..., reproducible=True)`` (the same bits everywhere).
+
+    A state dict (conjugate gradients): ``u`` may be a dict of
+    :class:`pgas.GlobalArray` fields split alike and 0-d scalars. Its kernel
+    reduces inside the step, ``kernel(e, reduce)`` (``kernel(e, p, reduce)``
+    with ``params``), ``e`` the dict of each field's block with its halo and
+    each scalar, and returns a dict of the same keys: each field's new cells
+    and each new scalar (``alpha = e['rr'] / reduce(p * ap,
+    reproducible=True)``). A reduction inside a step needs every cell up to
+    date, so a state dict runs one step per exchange (``k = 1``, as on the
+    automatic path) and ``check_every="auto"`` is 1; ``converged(e, reduce)``
+    gets the same dict and may read a scalar the step reduced (``e['rr'] <
+    tol``) without reducing again. ``reduce`` covers the cells the first field
+    writes.
 
     Args:
-        kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``.
-        u: the field (its buffer is donated; use the result).
+        kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``;
+            ``kernel(e, reduce)`` (``kernel(e, p, reduce)``) for a state dict.
+        u: the field (its buffer is donated; use the result), or a state dict.
         converged: ``converged(e, reduce) -> bool`` (``converged(e, p, reduce)``
             with ``params``), written with operators NumPy and ``jax.numpy``
             share, so that :func:`pgas.mpi.run_until` runs the same function.
@@ -632,6 +647,13 @@ def run_until(
     ...                 lambda e, reduce: reduce(abs(e[1:-1]), "max") < 1.0, 100, check_every=2)
     >>> out.steps_taken, out.state.to_numpy()
     (4, array([0. , 0.5, 0. , 0. ]))
+    >>> def halve(e, reduce):                 # a field and a reduced scalar
+    ...     u = 0.5 * e["u"][1:-1]
+    ...     return {"u": u, "total": reduce(u, reproducible=True)}
+    >>> state = {"u": pgas.from_numpy(np.full(4, 8.0), pgas.make_mesh(devices=1)), "total": 32.0}
+    >>> out = run_until(halve, state, lambda e, reduce: e["total"] < 4, 100)
+    >>> out.steps_taken, float(out.state["total"])
+    (4, 2.0)
     """
     check_args(max_steps, check_every, steps_per_exchange)
     if isinstance(u, dict):
