@@ -96,6 +96,9 @@ def test_bad_inputs(call, match):
 
 def test_local_view_reduce_refuses_a_reproducible_max():
     u = pgas.from_numpy(np.ones(4), pgas.make_mesh(("x",), devices=1))
+
+    def test(e, reduce):
+        return reduce(e[1:-1], "max", reproducible=True) < 0
+
     with pytest.raises(pgas.PgasError, match="reproducible=True with 'max'"):
-        explicit.run_until(lambda e: e[1:-1], u,
-                           lambda e, reduce: reduce(e[1:-1], "max", reproducible=True) < 0, 2)  # fmt: skip
+        explicit.run_until(lambda e: e[1:-1], u, test, 2)
