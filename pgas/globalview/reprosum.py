@@ -43,7 +43,10 @@ The algorithm is written once on operations NumPy and ``jax.numpy`` share
 paths call it on ``jax.numpy`` blocks inside ``shard_map`` with
 ``pmax``/``psum``, the MPI path on NumPy blocks with ``Allreduce``, and the
 arithmetic (elementwise, then exact sums) is the same IEEE operations on both.
-XLA does not simplify ``(sigma + x) - sigma`` away (no fast-math):
+XLA does not simplify ``(sigma + x) - sigma`` away (no fast-math), and the
+values are multiplied by the scale (a power of two, 1 unless huge) before the
+first fold, so a product being summed (``pgas.sum(u * v)``) is rounded by
+itself, as NumPy rounds it, and never fused with ``sigma`` into an FMA:
 ``tests/globalview/test_reprosum.py`` checks the bits against this algorithm
 written in NumPy in the test.
 """

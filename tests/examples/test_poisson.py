@@ -95,4 +95,3 @@ def test_poisson_jacobi_and_cg_example_on_the_explicit_backend_as_on_auto():
     (auto,) = P.main(["--n", "9", "--devices", "4", "--methods", "cg", "--json"])
     assert c["method"] == "cg" and c["converged"] and c["check_every"] == 1
     assert c["iterations"] == auto["iterations"] and c["error_max"] == auto["error_max"]
-
