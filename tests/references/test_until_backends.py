@@ -259,12 +259,12 @@ def cg_state(mesh):
 
 
 def test_cg_on_auto_and_explicit_same_iterations_and_bits_on_every_mesh():
-    """Auto and explicit on 1, 3x1, 1x3 and 2x2 devices: one iteration count, one x, bit for
+    """Auto and explicit on 1, 1x3 and 2x2 devices: one iteration count, one x, bit for
     bit; NumPy's CG agrees to the last bits only: XLA fuses CG's multiply-adds
     (``x + alpha * p``) into FMAs, NumPy rounds the product (the next test turns FMAs off)."""
     want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
     seen = []
-    for devices, shape in [(1, (1, 1)), (3, (3, 1)), (3, (1, 3)), (4, (2, 2))]:
+    for devices, shape in [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))]:
         mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
         auto = pgas.run_until(cg_global, cg_state(mesh), lambda s: s["rr"] < uc.CG_STOP, 200)
         expl = explicit.run_until(uc.cg_kernel, cg_state(mesh), uc.cg_converged, 200)
