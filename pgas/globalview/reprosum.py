@@ -58,6 +58,8 @@ from typing import Any
 
 import numpy as np
 
+from pgas.errors import PgasError
+
 __all__ = ["folds", "local_max", "lanes", "combine", "total"]
 
 
@@ -75,9 +77,9 @@ def _level(size: int, dtype: Any) -> int:
     level = max(1, math.ceil(math.log2(max(size, 1))))
     p = np.finfo(dtype).nmant + 1
     if level > p - 2:
-        raise ValueError(
+        raise PgasError(
             f"a reproducible sum over a grid of {size} cells in {np.dtype(dtype)} keeps no bits "
-            f"per fold (needs at most 2**{p - 2} cells); sum in float64"
+            f"per fold (it takes at most 2**{p - 2} cells); sum in float64 (.astype('float64'))"
         )
     return level
 

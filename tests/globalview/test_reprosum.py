@@ -94,6 +94,14 @@ def test_bad_inputs(call, match):
         call(u)
 
 
+def test_a_float32_grid_too_large_for_the_folds_is_refused():
+    from pgas.globalview import reprosum
+
+    with pytest.raises(pgas.PgasError, match="grid of 8388608 cells in float32.*sum in float64"):
+        reprosum.total(np.ones(3, np.float32), size=2**23)
+    assert reprosum.total(np.ones(3, np.float32), size=2**22) == 3
+
+
 def test_local_view_reduce_refuses_a_reproducible_max():
     u = pgas.from_numpy(np.ones(4), pgas.make_mesh(("x",), devices=1))
 
