@@ -352,3 +352,33 @@ def test_a_state_dict_with_deep_halos_or_a_bad_leaf_is_refused():
     with pytest.raises(pgas.PgasError, match=r"init\['rr'\] is a str"):
         mpi.run_until(uc.cg_kernel, uc.cg_init("1"), uc.B.shape, "float64", uc.cg_converged, 3,
                       1, pgas.Keep())  # fmt: skip
+
+
+def test_a_state_dict_with_params_on_explicit_and_mpi_in_one_process():
+    """kernel(e, p, reduce) and converged(e, p, reduce): a field and a scalar in the state, a
+    read-only field in params; both backends against NumPy, bit for bit."""
+    from pgas.references import mpi
+
+    u0, w = np.linspace(1.0, 2.0, 9), np.linspace(0.5, 0.9, 9)
+
+    def kern(e, p, reduce):
+        u = e["u"][1:-1] * p["w"][1:-1]
+        return {"u": u, "total": reduce(u, reproducible=True)}
+
+    def test(e, p, reduce):
+        return e["total"] < 1.0
+
+    want, steps = u0.copy(), 0
+    while True:
+        want, steps = want * w, steps + 1
+        if reprosum_numpy(want, want.size) < 1.0:
+            break
+    mesh = pgas.make_mesh(("x",), devices=3)
+    state = {"u": pgas.from_numpy(u0, mesh), "total": 0.0}
+    out = explicit.run_until(kern, state, test, 100, params={"w": pgas.from_numpy(w, mesh)})
+    assert out.steps_taken == steps and float(out.state["total"]) == reprosum_numpy(want, 9)
+    np.testing.assert_array_equal(out.state["u"].to_numpy(), want)
+    r = mpi.run_until(kern, {"u": lambda i: u0[i], "total": 0.0}, (9,), "float64", test, 100,
+                      1, pgas.Periodic(), params={"w": lambda i: w[i]})  # fmt: skip
+    assert r.steps == steps and r.field["total"] == reprosum_numpy(want, 9)
+    np.testing.assert_array_equal(r.field["u"], want)
