@@ -3,8 +3,8 @@
     python examples/poisson/poisson.py --n 129 --devices 4
     python examples/poisson/poisson.py --n 65 --devices 4 --plot out/poisson.png --json
     python examples/poisson/poisson.py --order 33 65 129        # error against the exact u
-    python examples/poisson/poisson.py --n 33 --devices 3 --backend explicit     # Jacobi
-    mpiexec -n 3 python examples/poisson/poisson.py --n 33 --backend mpi          # Jacobi
+    python examples/poisson/poisson.py --n 33 --devices 3 --backend explicit
+    mpiexec -n 3 python examples/poisson/poisson.py --n 33 --backend mpi
     pgas compare examples/poisson/poisson.py:problem --devices 3 --steps 100000 --set n=33
 
 Physics: -lap(u) = f on the unit square, u = 0 on the walls, with the
@@ -14,12 +14,17 @@ manufactured solution u = e^x sin(pi x) sin(pi y). Numerics: the
 view and run by ``pgas.run_until`` as one compiled ``while`` loop until the
 relative residual ||b - A u|| / ||b|| falls below ``--tol`` (1e-8). CG's
 state holds x, r, p and the scalar r.r; each iteration does two reductions
-(p.Ap and r.r), one scalar all-reduce each. ``--json`` prints one JSON line.
-Jacobi is also written in the local view (a kernel on a block with one halo
-cell, and the same test with a ``reduce`` helper), so it runs on
-``--backend explicit`` (``pgas.explicit.run_until``) and ``--backend mpi``
-(``pgas.mpi.run_until``, under mpiexec) with the iterations and bits of auto;
-:func:`problem` hands it to ``pgas compare``.
+(p.Ap and r.r), reproducible sums (``pgas.sum(..., reproducible=True)``: the
+same bits on every decomposition, two scalar-sized all-reduces each).
+``--json`` prints one JSON line. Both are also written in the local view
+(kernels on blocks with one halo cell, reductions by a ``reduce`` helper), so
+they run on ``--backend explicit`` (``pgas.explicit.run_until``) and
+``--backend mpi`` (``pgas.mpi.run_until``, under mpiexec) with the iterations
+of auto; :func:`problem` hands Jacobi to ``pgas compare``. Jacobi's fields are
+bitwise equal on every backend; CG's on every decomposition of one backend,
+and across backends where XLA does not fuse CG's multiply-adds into FMAs
+(NumPy rounds each product; on a CPU ``XLA_FLAGS=--xla_cpu_max_isa=AVX`` turns
+them off).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import numpy as np
 
 import pgas
 from pgas.app.problem import Problem
+from pgas.globalview import reprosum
 
 # ---- Physics ------------------------------------------------------------------------------
 # -lap(u) = f on [0, 1]^2, u = 0 on the walls; exact solution u = e^x sin(pi x) sin(pi y)
@@ -93,20 +99,43 @@ def local_jacobi_converged(tol: float, bb: float):
     return converged
 
 
-def cg(s):
-    """One conjugate-gradient iteration; the state holds x, r, p and the scalar rr = r.r."""
+def cg(s, reproducible: bool = True):
+    """One conjugate-gradient iteration; the state holds x, r, p and the scalar rr = r.r.
+
+    Both sums are reproducible: the iterates do not depend on the decomposition
+    (``reproducible=False``, bound by ``functools.partial``: plain sums, for comparison)."""
     x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
     ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
-    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap)
+    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap, reproducible=reproducible)
     x[1:-1, 1:-1] = x[1:-1, 1:-1] + alpha * p[1:-1, 1:-1]
     r[1:-1, 1:-1] = r[1:-1, 1:-1] - alpha * ap
-    new = pgas.sum(r * r)
+    new = pgas.sum(r * r, reproducible=reproducible)
     p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
     return {"x": x, "r": r, "p": p, "rr": new}
 
 
 def cg_converged(tol: float, bb: float):
     return lambda s: s["rr"] < tol**2 * bb  # rr is already reduced: no collective of its own
+
+
+# The same CG in the local view (explicit and MPI): ``s`` holds each field's block with one halo
+# cell and the scalar rr; the kernel returns each field's new cells and the new rr. reduce(...)
+# sums over the cells the step writes (the interior), reproducibly: the sums of the global view.
+
+
+def cg_kernel(s, reduce):
+    """One CG iteration of a block: the new x, r and p cells and the new rr."""
+    x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
+    pin = p[1:-1, 1:-1]
+    ap = 4 * pin - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
+    alpha = rr / reduce(pin * ap, reproducible=True)
+    r1 = r[1:-1, 1:-1] - alpha * ap
+    new = reduce(r1 * r1, reproducible=True)
+    return {"x": x[1:-1, 1:-1] + alpha * pin, "r": r1, "p": r1 + (new / rr) * pin, "rr": new}
+
+
+def local_cg_converged(tol: float, bb: float):
+    return lambda s, reduce: s["rr"] < tol**2 * bb  # rr is already reduced
 
 
 # ---- Initial conditions -------------------------------------------------------------------
@@ -147,11 +176,45 @@ def problem(n: int = 65, tol: float = 1e-8, check_every: int = 0) -> Problem:
 
 
 def cg_state(b: np.ndarray, field):
-    """x = 0, so r = p = b and rr = b.b."""
+    """x = 0, so r = p = b and rr = b.b (the reproducible sum, as every iteration's)."""
     import jax.numpy as jnp
 
     return {"x": field(np.zeros_like(b)), "r": field(b.copy()), "p": field(b.copy()),
-            "rr": jnp.asarray(float((b * b).sum()))}  # fmt: skip
+            "rr": jnp.asarray(reprosum.total(b * b))}  # fmt: skip
+
+
+def solve_cg_on(backend: str, n: int, devices: int, tol: float = 1e-8,
+                max_steps: int = 10**6) -> dict | None:  # fmt: skip
+    """CG on ``explicit`` or ``mpi`` (a warm-up run, then the timed one); the same dict as
+    :func:`solve`, on rank 0 of ``mpi`` (``None`` on the other ranks)."""
+    b = rhs(n)
+    bb = float((b * b).sum())
+    done = local_cg_converged(tol, bb)
+    if backend == "explicit":
+        mesh = pgas.make_mesh(("y", "x"), devices=devices)
+        _, field = fields(n, mesh)
+        pgas.explicit.run_until(cg_kernel, cg_state(b, field), done, max_steps)  # compiles
+        start = time.perf_counter()
+        out = pgas.explicit.run_until(cg_kernel, cg_state(b, field), done, max_steps)
+        seconds = time.perf_counter() - start
+        u, steps, converged, every = (out.state["x"].to_numpy(), out.steps_taken,
+                                      out.converged, out.check_every)  # fmt: skip
+    else:
+        init = {"x": lambda i, j: np.zeros(np.broadcast(i, j).shape),
+                "r": lambda i, j: b[i, j], "p": lambda i, j: b[i, j],
+                "rr": reprosum.total(b * b)}  # fmt: skip
+        r = pgas.mpi.run_until(cg_kernel, init, b.shape, "float64", done, max_steps, 1,
+                               pgas.Keep())  # fmt: skip
+        if r.field is None:
+            return None
+        u, steps, converged, every, seconds = (r.field["x"], r.steps, r.converged,
+                                               r.check_every, r.seconds)  # fmt: skip
+        devices = len(r.rank_messages_per_step)
+    return {"method": "cg", "backend": backend, "n": n, "devices": devices,
+            "iterations": steps, "converged": converged, "check_every": every,
+            "seconds": seconds, "seconds_per_iteration": seconds / steps,
+            "relative_residual": _relative_residual(u, b),
+            "error_max": float(np.abs(u - exact(n)).max())}  # fmt: skip
 
 
 # ---- Time loop ----------------------------------------------------------------------------
@@ -258,13 +321,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--methods",
         nargs="+",
         choices=["jacobi", "cg"],
-        help="default: jacobi and cg on auto, jacobi on explicit and mpi",
+        help="default: jacobi and cg",
     )
     parser.add_argument(
         "--backend",
         default="auto",
         choices=["auto", "explicit", "mpi"],
-        help="explicit and mpi (under mpiexec): Jacobi only",
+        help="mpi: under mpiexec",
     )
     parser.add_argument("--order", type=int, nargs="+", help="sizes for the error's order (CG)")
     parser.add_argument("--plot", help="write the solution and residual histories here (PNG)")
@@ -273,10 +336,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.n < 3:
         parser.error(f"--n {args.n}: the grid needs at least 3 points per side")
     if args.methods is None:
-        args.methods = ["jacobi", "cg"] if args.backend == "auto" else ["jacobi"]
-    if args.backend != "auto" and (args.methods != ["jacobi"] or args.plot):
-        parser.error(f"--backend {args.backend} runs Jacobi only, without --plot: use "
-                     f"--methods jacobi, or --backend auto for CG and pictures")  # fmt: skip
+        args.methods = ["jacobi", "cg"]
+    if args.backend != "auto" and args.plot:
+        parser.error(f"--backend {args.backend} draws no pictures: drop --plot, or use "
+                     f"--backend auto")  # fmt: skip
     import jax
 
     try:
@@ -289,7 +352,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
         runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
     else:  # on mpi, rank 0 reports
-        runs = [solve_on(args.backend, n, args.devices, args.tol) for n in sizes]
+        runs = [solve_on(args.backend, n, args.devices, args.tol) if m == "jacobi"
+                else solve_cg_on(args.backend, n, args.devices, args.tol)
+                for n in sizes for m in args.methods]  # fmt: skip
         if None in runs:
             return []
     for r in runs:

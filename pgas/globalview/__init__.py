@@ -6,5 +6,6 @@ assignment is lowered (:mod:`~pgas.globalview.lower`) to one halo exchange
 per array and axis (:mod:`~pgas.globalview.halo`) plus masked local
 arithmetic, which Shardy compiles to halo-sized collective-permutes, never an
 all-gather. Reductions (:mod:`~pgas.globalview.reduce`) are one all-reduce of
-a scalar.
+a scalar; a reproducible sum (:mod:`~pgas.globalview.reprosum`, the same bits
+on every decomposition and backend) two.
 """

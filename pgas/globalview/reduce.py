@@ -28,7 +28,8 @@ import numpy as np
 from jax import shard_map
 from jax.sharding import PartitionSpec
 
-from pgas.errors import LayoutError
+from pgas.errors import LayoutError, PgasError
+from pgas.globalview import reprosum
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.lower import assign, physical_of
 from pgas.globalview.view import View, Window
@@ -60,7 +61,41 @@ def traced_reductions() -> int:
 
 
 _KINDS = {"sum": (jnp.sum, jax.lax.psum), "min": (jnp.min, jax.lax.pmin),
-          "max": (jnp.max, jax.lax.pmax)}  # fmt: skip
+          "max": (jnp.max, jax.lax.pmax), "reproducible": (None, None)}  # fmt: skip
+
+
+def reproducible_psum(block: jax.Array, size: int, names: tuple) -> jax.Array:
+    """:mod:`pgas.globalview.reprosum` of a block inside ``shard_map`` over mesh axes
+    ``names`` (cells not summed hold 0; ``size``: the grid's cells): a max all-reduce,
+    then one all-reduce of the ``K + 1`` lanes (none without ``names``).
+
+    >>> float(reproducible_psum(jnp.asarray([0.5, 0.25]), 2, ()))
+    0.75
+    """
+    amax = reprosum.local_max(block, jnp)
+    if names:
+        amax = jax.lax.pmax(amax, names)
+    summed = reprosum.lanes(block, amax, size, jnp)
+    if names:
+        summed = jax.lax.psum(summed, names)
+    return reprosum.combine(summed, amax, size, jnp)
+
+
+def reproducible_kind(dtype, reproducible: bool, op: str = "sum") -> bool:
+    """Whether a reduction ``op`` of ``dtype`` takes the reproducible sum; refuses
+    ``reproducible=True`` on a min or max (exact in any order already).
+
+    >>> reproducible_kind(np.float32, True), reproducible_kind(np.int32, True)
+    (True, False)
+    """
+    if reproducible not in (True, False):
+        raise PgasError(f"reproducible = {reproducible!r}: give True or False")
+    if reproducible and op != "sum":
+        raise PgasError(
+            f"reproducible=True with {op!r}: a {op} is exact, the same bits in any order; "
+            f"drop reproducible=True (it applies to sums)"
+        )
+    return bool(reproducible) and np.issubdtype(np.dtype(dtype), np.floating)
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,6 +115,8 @@ def _reducer(layout, kind: str, fill) -> Callable:
                     mask = v if mask is None else mask & v
             mask = mask.reshape(mask.shape[1::2])
             block = jnp.where(mask, block, jnp.asarray(fill, block.dtype))
+        if kind == "reproducible":
+            return reproducible_psum(block, math.prod(layout.shape), names)
         value = local(block)
         return collective(value, names) if names else value
 
@@ -126,8 +163,15 @@ def _evaluated(view: View, fill) -> GlobalArray:
     return GlobalArray(out, target_layout)
 
 
-def sum(array: GlobalArray | View) -> jax.Array:  # noqa: A001
+def sum(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # noqa: A001
     """Sum of all cells of an array or an expression (integers accumulate in at least 32 bits).
+
+    A plain float sum's bits depend on the block split (its order). With
+    ``reproducible=True`` a float sum is pre-rounded
+    (:mod:`pgas.globalview.reprosum`): the same bits on every mesh, device count
+    and backend (``pgas.explicit``'s and ``pgas.mpi``'s ``reduce(...,
+    reproducible=True)`` give them too), for two all-reduces of a few scalars
+    instead of one; integer sums are exact already (the flag changes nothing).
 
     >>> import numpy as np, pgas
     >>> int(pgas.sum(pgas.from_numpy(np.ones(5, np.uint8), pgas.make_mesh(devices=1))))
@@ -135,24 +179,28 @@ def sum(array: GlobalArray | View) -> jax.Array:  # noqa: A001
     >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
     >>> float(pgas.sum(u * u)), float(pgas.sum(u[1:] - u[:-1]))
     (14.0, 3.0)
+    >>> float(pgas.sum(u * 0.1, reproducible=True))
+    0.6000000000000001
     """
-    return _reduce(array, "sum", 0)
+    kind = "reproducible" if reproducible_kind(array.dtype, reproducible) else "sum"
+    return _reduce(array, kind, 0)
 
 
-def min(array: GlobalArray | View) -> jax.Array:  # noqa: A001
-    """Smallest cell value.
+def min(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # noqa: A001
+    """Smallest cell value (exact in any order: ``reproducible=True`` is refused).
 
     >>> import numpy as np, pgas
     >>> float(pgas.min(pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))))
     0.0
     """
+    reproducible_kind(array.dtype, reproducible, "min")
     dt = np.dtype(array.dtype)
     top = np.inf if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max)
     return _reduce(array, "min", top)
 
 
-def max(array: GlobalArray | View) -> jax.Array:  # noqa: A001
-    """Largest cell value.
+def max(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # noqa: A001
+    """Largest cell value (exact in any order: ``reproducible=True`` is refused).
 
     >>> import numpy as np, pgas
     >>> float(pgas.max(pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))))
@@ -161,19 +209,20 @@ def max(array: GlobalArray | View) -> jax.Array:  # noqa: A001
     >>> float(pgas.max(abs(u[1:] - u[:-1])))
     3.0
     """
+    reproducible_kind(array.dtype, reproducible, "max")
     dt = np.dtype(array.dtype)
     bottom = -np.inf if dt.kind == "f" else (False if dt.kind == "b" else np.iinfo(dt).min)
     return _reduce(array, "max", bottom)
 
 
-def mean(array: GlobalArray | View) -> jax.Array:
-    """Mean over all cells (float).
+def mean(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:
+    """Mean over all cells (float); ``reproducible`` as :func:`sum`.
 
     >>> import numpy as np, pgas
     >>> float(pgas.mean(pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))))
     1.5
     """
-    total = sum(array)
+    total = sum(array, reproducible)
     if not jnp.issubdtype(total.dtype, jnp.floating):
         total = total.astype(jnp.float32)
     return total / math.prod(array.shape)

@@ -337,17 +337,18 @@ def _reduces(step, state, params, before: int) -> bool:
     return traced_reductions() > start
 
 
-def check_decision(out, reductions: int):
+def check_decision(out, reductions: int, scalars: bool = False):
     """``out``, what a local-view ``converged`` returned, checked (explicit and MPI paths).
 
     It must have called ``reduce`` (``reductions`` > 0: one decision for every device or
-    rank, not a test of one block that would stop them at different steps) and return
-    one truth value.
+    rank, not a test of one block that would stop them at different steps), unless the
+    state holds ``scalars`` (already reduced by the step, the same on every device: CG's
+    ``rr``), and return one truth value.
 
     >>> check_decision(np.float64(0.5) < 1.0, 1)
     np.True_
     """
-    if not reductions:
+    if not reductions and not scalars:
         raise PgasError(
             "converged made no reduce(...) call: a test of one block alone would stop the "
             "devices (or ranks) at different steps; reduce over all of them, e.g. "

@@ -52,6 +52,7 @@ from pgas.errors import HaloError, PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill_mirror
 from pgas.globalview.lower import anchor_of, check_dtype, filled
+from pgas.globalview.reduce import reproducible_kind, reproducible_psum
 from pgas.globalview.view import normalize_index
 from pgas.grid.decomposition import halo_sides
 from pgas.grid.layout import Layout
@@ -426,18 +427,24 @@ _IDENTITY = {"sum": 0, "max": -np.inf, "min": np.inf}
 
 
 def _reducer(layout: Layout, window, widths, numbers) -> Callable:
-    """``reduce(values, op)``: ``values`` of the block's cells reduced over the cells the
-    kernel writes (region minus ``Keep`` cells, no padding) on every device: one all-reduce."""
+    """``reduce(values, op, reproducible=False)``: ``values`` of the block's cells reduced over
+    the cells the kernel writes (region minus ``Keep`` cells, no padding) on every device: one
+    all-reduce; a float sum with ``reproducible=True`` is :func:`pgas.sum`'s reproducible sum
+    (the same bits as on the automatic and MPI paths), two all-reduces."""
     axes = tuple(name for name in layout.spec if name is not None)
     numbers = [b.reshape(()) for b in numbers]
     mask = layout.window_mask(window.start, window.extent, widths, block=numbers)
 
-    def reduce(values, op: str = "sum"):
+    def reduce(values, op: str = "sum", reproducible: bool = False):
         reduce.calls += 1
         if op not in _IDENTITY:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_IDENTITY)}")
         values = jnp.asarray(values)
         blocks = values.reshape(tuple(x for n in values.shape for x in (1, n)))
+        if reproducible_kind(values.dtype, reproducible, op):
+            if mask is not None:
+                blocks = jnp.where(mask, blocks, jnp.zeros((), values.dtype))
+            return reproducible_psum(blocks, math.prod(layout.shape), axes)
         if mask is not None:
             fill = _IDENTITY[op]
             if not jnp.issubdtype(values.dtype, jnp.floating) and op != "sum":
@@ -584,11 +591,26 @@ def run_until(
     same ``steps_taken`` as :func:`pgas.run_until` with the same
     ``check_every``, and the field bitwise equal to ``run(kernel, u,
     steps_taken)``. The reductions are not bitwise equal across backends or
-    decompositions (another order of the sum): they only decide when to stop.
+    decompositions (another order of the sum): they only decide when to stop,
+    unless they are ``reduce(..., reproducible=True)`` (the same bits everywhere).
+
+    A state dict (conjugate gradients): ``u`` may be a dict of
+    :class:`pgas.GlobalArray` fields split alike and 0-d scalars. Its kernel
+    reduces inside the step, ``kernel(e, reduce)`` (``kernel(e, p, reduce)``
+    with ``params``), ``e`` the dict of each field's block with its halo and
+    each scalar, and returns a dict of the same keys: each field's new cells
+    and each new scalar (``alpha = e['rr'] / reduce(p * ap,
+    reproducible=True)``). A reduction inside a step needs every cell up to
+    date, so a state dict runs one step per exchange (``k = 1``, as on the
+    automatic path) and ``check_every="auto"`` is 1; ``converged(e, reduce)``
+    gets the same dict and may read a scalar the step reduced (``e['rr'] <
+    tol``) without reducing again. ``reduce`` covers the cells the first field
+    writes.
 
     Args:
-        kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``.
-        u: the field (its buffer is donated; use the result).
+        kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``;
+            ``kernel(e, reduce)`` (``kernel(e, p, reduce)``) for a state dict.
+        u: the field (its buffer is donated; use the result), or a state dict.
         converged: ``converged(e, reduce) -> bool`` (``converged(e, p, reduce)``
             with ``params``), written with operators NumPy and ``jax.numpy``
             share, so that :func:`pgas.mpi.run_until` runs the same function.
@@ -625,8 +647,18 @@ def run_until(
     ...                 lambda e, reduce: reduce(abs(e[1:-1]), "max") < 1.0, 100, check_every=2)
     >>> out.steps_taken, out.state.to_numpy()
     (4, array([0. , 0.5, 0. , 0. ]))
+    >>> def halve(e, reduce):                 # a field and a reduced scalar
+    ...     u = 0.5 * e["u"][1:-1]
+    ...     return {"u": u, "total": reduce(u, reproducible=True)}
+    >>> state = {"u": pgas.from_numpy(np.full(4, 8.0), pgas.make_mesh(devices=1)), "total": 32.0}
+    >>> out = run_until(halve, state, lambda e, reduce: e["total"] < 4, 100)
+    >>> out.steps_taken, float(out.state["total"])
+    (4, 2.0)
     """
     check_args(max_steps, check_every, steps_per_exchange)
+    if isinstance(u, dict):
+        return _run_until_state(kernel, u, converged, int(max_steps), halo, region, check_every,
+                                steps_per_exchange, params)  # fmt: skip
     widths = _widths(u.layout, halo)
     tree, leaves, fields = _split_params(params, u.layout)
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
@@ -642,3 +674,186 @@ def run_until(
     if not done:
         warn_not_converged(max_steps, every)
     return Until(GlobalArray(block, u.layout), n, done, every, how, note)
+
+
+# ---- multi-field states: dicts of fields and scalars, reductions inside the step ------------
+def _split_state(state: dict) -> tuple[tuple, tuple, list, Layout]:
+    """A state dict as (keys, layout of each field or ``None`` for a scalar, leaves, the first
+    field's layout), checked: fields split alike, scalars 0-d."""
+    keys, layouts, leaves, first = tuple(state), [], [], None
+    for key, value in state.items():
+        if isinstance(value, GlobalArray):
+            if first is None:
+                first = value.layout
+            elif not value.layout.same_grid(first):
+                raise PgasError(
+                    f"state[{key!r}] has shape {value.shape} split {value.layout.spec} over "
+                    f"{dict(value.layout.mesh.shape)}; every field of a state is split like the "
+                    f"first ({first.shape} split {first.spec}): build them on the same mesh"
+                )  # fmt: skip
+            layouts.append(value.layout)
+            leaves.append(value.data)
+        elif isinstance(value, (jax.Array, np.ndarray, np.generic, int, float)) and \
+                np.ndim(value) == 0:  # fmt: skip
+            layouts.append(None)
+            leaves.append(jnp.asarray(value))
+        else:
+            shape = f" of shape {np.shape(value)}" if hasattr(value, "shape") else ""
+            raise PgasError(
+                f"state[{key!r}] is a {type(value).__name__}{shape}; a state dict holds "
+                f"pgas.GlobalArray fields and 0-d scalars (e.g. jnp.asarray(0.0))"
+            )
+    if first is None:
+        raise PgasError(f"the state {sorted(state)} holds no pgas.GlobalArray field")
+    return keys, tuple(layouts), leaves, first
+
+
+def _check_new(new, keys: tuple, layouts: tuple, blocks: dict, want: tuple) -> None:
+    """What a multi-field kernel returned: the state's keys, a block per field, 0-d scalars."""
+    if not isinstance(new, dict) or set(new) != set(keys):
+        got = sorted(new) if isinstance(new, dict) else type(new).__name__
+        raise PgasError(
+            f"kernel returned {got}; a kernel of a state dict returns a dict with the state's "
+            f"keys {list(keys)}: the new cells of each field (e['u'][1:-1] for halo 1) and "
+            f"each new scalar"
+        )
+    for key, lay in zip(keys, layouts):
+        shape = tuple(np.shape(new[key]))
+        if lay is None and shape != ():
+            raise PgasError(
+                f"kernel returned shape {shape} for the scalar {key!r}; return a 0-d value "
+                f"(a reduction such as reduce(r * r), or arithmetic on scalars)"
+            )
+        if lay is not None and shape != want:
+            raise HaloError(
+                f"kernel returned shape {shape} for the field {key!r} on a block of shape "
+                f"{want}; return new values for every cell of the block (e[{key!r}][1:-1] for "
+                f"halo 1)"
+            )
+        if lay is not None:
+            check_dtype(np.dtype(new[key].dtype), np.dtype(blocks[key].dtype), False)
+
+
+@functools.lru_cache(maxsize=32)
+def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layouts: tuple,
+                        widths: tuple, region_key, every: int, max_steps: int, tree=None,
+                        fields: tuple = ()) -> Callable:  # fmt: skip
+    """The compiled program of :func:`run_until` on a state dict:
+    ``(state leaves, *params) -> (state leaves, steps, done)``, one step per exchange.
+
+    ``layouts`` holds each state key's layout (``None``: a 0-d scalar, replicated);
+    ``tree`` and ``fields`` describe ``params`` as in :func:`until_program`.
+    """
+    region = None if region_key is None else tuple(slice(*r) for r in region_key)
+    first = next(lay for lay in layouts if lay is not None)
+    window = normalize_index(region if region is not None else (), first.shape)
+    if not all(window.kept):
+        raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
+    sides = halo_sides(widths, first.ndim)
+    one_sided = _asymmetric(sides)
+    widths = tuple(max(p) for p in sides)
+    zero = (0,) * first.ndim
+
+    def loop(state, *leaves):
+        numbers = _block_numbers(first)
+        ext = [_extended(x, lay, widths, numbers) if lay is not None else x
+               for x, lay in zip(leaves, fields)]  # fmt: skip
+        ext = [x.reshape(x.shape[1::2]) if lay is not None else x for x, lay in zip(ext, fields)]
+        reduce = _reducer(first, window, widths, numbers)
+
+        def call(fn, e, *more):
+            if tree is None:
+                return fn(e, *more)
+            shape = next(e[k].shape for k, lay in zip(keys, layouts) if lay is not None)
+            fitted = [_fit(x, shape) if lay is not None else x for x, lay in zip(ext, fields)]
+            return fn(e, jax.tree.unflatten(tree, fitted), *more)
+
+        def extend(values):
+            """Each field in blocks form with its halo (``sides`` of it filled)."""
+            return {k: _extended(v, lay, widths, numbers, one_sided) if lay is not None else v
+                    for k, v, lay in zip(keys, values, layouts)}  # fmt: skip
+
+        def seen(blocks):
+            """The kernel's view: each field's block with its halo, the scalars."""
+            out = {}
+            for k, lay in zip(keys, layouts):
+                x = blocks[k]
+                if lay is not None:
+                    x = _inside(x, widths, sides, zero)
+                    x = x.reshape(x.shape[1::2])
+                out[k] = x
+            return out
+
+        def step(values):
+            blocks = extend(values)
+            new = call(kernel, seen(blocks), reduce)
+            want = next(v.shape for v, lay in zip(values, layouts) if lay is not None)
+            _check_new(new, keys, layouts, dict(zip(keys, values)), want)
+            out = []
+            for k, v, lay in zip(keys, values, layouts):
+                if lay is None:
+                    out.append(jnp.asarray(new[k]).astype(v.dtype))
+                    continue
+                merged = _merge(blocks[k], new[k], lay, window, widths, widths, zero, numbers,
+                                None)  # fmt: skip
+                out.append(merged.reshape(v.shape))
+            return tuple(out)
+
+        def advance(values, n: int):  # n static
+            return jax.lax.fori_loop(0, n, lambda i, x: step(x), values)
+
+        def check(values):
+            before = reduce.calls
+            e = seen(extend(values))
+            out = call(converged, e, reduce)
+            scalars = any(lay is None for lay in layouts)
+            return jnp.asarray(check_decision(out, reduce.calls - before, scalars), jnp.bool_)
+
+        def cond(c):
+            return jnp.logical_and(jnp.logical_not(c[2]), c[1] + every <= max_steps)
+
+        def body(c):
+            values = advance(c[0], every)
+            return values, c[1] + every, check(values)
+
+        start = (tuple(state), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.bool_))
+        out = jax.lax.while_loop(cond, body, start)
+        rest = max_steps % every
+        if rest:
+            out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
+        return out
+
+    specs = tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
+                  for lay in layouts)  # fmt: skip
+    params = tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
+                   for lay in fields)  # fmt: skip
+    sharded = shard_map(loop, mesh=first.mesh, in_specs=(specs, *params),
+                        out_specs=(specs, PartitionSpec(), PartitionSpec()))  # fmt: skip
+    return jax.jit(sharded, donate_argnums=0)
+
+
+def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, region, check_every,
+                     steps_per_exchange, params) -> Until:  # fmt: skip
+    """:func:`run_until` on a state dict of fields and scalars (one step per exchange)."""
+    if steps_per_exchange not in ("auto", 1):
+        raise PgasError(
+            f"steps_per_exchange = {steps_per_exchange!r} with a state dict: its kernel reduces "
+            f"inside the step (reduce(...)), which needs every cell up to date, so it runs one "
+            f"step per exchange; pass steps_per_exchange=1 or 'auto'"
+        )
+    keys, layouts, values, first = _split_state(state)
+    tree, leaves, fields = _split_params(params, first)
+    every, note = choose_check_every(check_every, 1, True)
+    how = plan(GlobalArray(values[layouts.index(first)], first), halo, 1)
+    compiled = state_until_program(kernel, converged, keys, layouts, _key(first, halo),
+                                   region_key(region), every, max_steps, tree,
+                                   fields)  # fmt: skip
+    out, n, done = compiled(tuple(values), *leaves)
+    result = {k: GlobalArray(v, lay) if lay is not None else v
+              for k, v, lay in zip(keys, out, layouts)}  # fmt: skip
+    if any(isinstance(x, jax.core.Tracer) for x in (*values, *leaves)):  # inside jax.jit
+        return Until(result, n, done, every, how, note)
+    n, done = int(n), bool(done)
+    if not done:
+        warn_not_converged(max_steps, every)
+    return Until(result, n, done, every, how, note)

@@ -86,9 +86,12 @@ def test_poisson_jacobi_on_every_backend_same_iterations_and_bits_as_numpy():
     assert len({r.checksum for r in results}) == 1
 
 
-def test_poisson_jacobi_example_on_the_explicit_backend():
-    (r,) = P.main(["--n", "9", "--devices", "3", "--backend", "explicit", "--json"])
+def test_poisson_jacobi_and_cg_example_on_the_explicit_backend_as_on_auto():
+    r, c = P.main(["--n", "9", "--devices", "3", "--backend", "explicit", "--json"])
     b, exact = numpy_problem(9)
     n, u = jacobi_iterations(b, r["check_every"])
     assert r["backend"] == "explicit" and r["converged"] and r["iterations"] == n
     assert r["devices"] == 3 and abs(r["error_max"] - np.abs(u - exact).max()) < 1e-12
+    (auto,) = P.main(["--n", "9", "--devices", "4", "--methods", "cg", "--json"])
+    assert c["method"] == "cg" and c["converged"] and c["check_every"] == 1
+    assert c["iterations"] == auto["iterations"] and c["error_max"] == auto["error_max"]

@@ -26,7 +26,7 @@ SCRIPT = ROOT / "tests" / "mpi_scripts" / "until_cases.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 sys.path.insert(0, str(SCRIPT.parent))
 import until_cases as uc  # noqa: E402
-from helpers import jacobi_numpy  # noqa: E402
+from helpers import cg_numpy, jacobi_numpy, reprosum_numpy  # noqa: E402
 
 TOL = uc.TOL
 kernel, converged, F = uc.kernel, uc.converged, uc.F
@@ -236,3 +236,149 @@ def test_params_a_dict_of_a_field_and_a_scalar_on_explicit_and_mpi_in_one_proces
                              check_every=2, params={"c": 0.5, "w": wf})  # fmt: skip
     assert out.steps_taken == n
     np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+
+# ---- conjugate gradients on a state dict: reproducible sums, the same bits everywhere --------
+def cg_global(s):
+    """The global-view CG of examples/poisson, with reproducible sums."""
+    x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
+    ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
+    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap, reproducible=True)
+    x[1:-1, 1:-1] = x[1:-1, 1:-1] + alpha * p[1:-1, 1:-1]
+    r[1:-1, 1:-1] = r[1:-1, 1:-1] - alpha * ap
+    new = pgas.sum(r * r, reproducible=True)
+    p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
+    return {"x": x, "r": r, "p": p, "rr": new}
+
+
+def cg_state(mesh):
+    b = uc.B
+    rr = reprosum_numpy(b * b, b.size)
+    return {"x": field(np.zeros_like(b), mesh), "r": field(b, mesh), "p": field(b, mesh),
+            "rr": jax.numpy.asarray(rr)}  # fmt: skip
+
+
+def test_cg_on_auto_and_explicit_same_iterations_and_bits_on_every_mesh():
+    """Auto and explicit on 1, 1x3 and 2x2 devices: one iteration count, one x, bit for
+    bit; NumPy's CG agrees to the last bits only: XLA fuses CG's multiply-adds
+    (``x + alpha * p``) into FMAs, NumPy rounds the product (the next test turns FMAs off)."""
+    want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
+    seen = []
+    for devices, shape in [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))]:
+        mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
+        auto = pgas.run_until(cg_global, cg_state(mesh), lambda s: s["rr"] < uc.CG_STOP, 200)
+        expl = explicit.run_until(uc.cg_kernel, cg_state(mesh), uc.cg_converged, 200)
+        for out in (auto, expl):
+            assert out.converged and out.steps_taken == steps and out.check_every == 1
+            seen.append((out.state["x"].to_numpy(), float(out.state["rr"])))
+        assert expl.plan.steps_per_exchange == 1
+    for x, r in seen:
+        np.testing.assert_array_equal(x, seen[0][0])
+        assert r == seen[0][1]
+    np.testing.assert_allclose(seen[0][0], want, rtol=1e-13, atol=1e-14)
+
+
+def test_cg_on_auto_and_explicit_without_fma_bitwise_equal_to_numpy():
+    """With XLA's FMAs off (``--xla_cpu_max_isa=AVX``, one process) auto and explicit CG on
+    2x2 and 3x1 devices give NumPy's iterations and bits, so MPI's (the next test)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_max_isa=AVX", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    script = Path(__file__).with_name("cg_no_fma.py")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
+    assert len(got) == 4
+    for case in got:
+        assert case["steps"] == steps and case["rr"] == rr, case
+        assert case["x_bits"] == want.tobytes().hex(), case["name"]
+
+
+@pytest.mark.parametrize("name", list(uc.CG_CASES))
+def test_mpi_cg_same_iterations_and_bits_as_numpy(name):
+    fields, ranks = launch(3)
+    want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
+    meta = ranks[0][name]
+    assert all(r[name]["steps"] == steps for r in ranks)
+    assert meta["converged"] and meta["check_every"] == 1 and meta["k"] == 1
+    assert meta["allreduces"] == 2 * 2 * steps  # two reproducible sums per step, two each
+    assert meta["rr"] == rr
+    np.testing.assert_array_equal(fields[name], want)
+
+
+def test_explicit_cg_two_reproducible_sums_are_four_all_reduces_per_step():
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    state = cg_state(mesh)
+    keys = tuple(state)
+    layouts = tuple(v.layout if isinstance(v, pgas.GlobalArray) else None for v in state.values())
+    prog = explicit.state_until_program(uc.cg_kernel, uc.cg_converged, keys, layouts, (1, 1),
+                                        None, 1, 100)  # fmt: skip
+    leaves = tuple(v.data if isinstance(v, pgas.GlobalArray) else v for v in state.values())
+    hlo = prog.lower(leaves).compile().as_text()
+    assert hlo.count(" all-reduce(") == 4 and hlo.count(" all-gather(") == 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda s, reduce: {"x": s["x"][1:-1, 1:-1]}, r"returned \['x'\].*keys \['x', 'rr'\]"),
+    (lambda s, reduce: {"x": s["x"], "rr": s["rr"]}, r"shape \(17, 15\) for the field 'x'"),
+    (lambda s, reduce: {"x": s["x"][1:-1, 1:-1], "rr": s["x"][1:-1, 1:-1]},
+     r"shape \(15, 13\) for the scalar 'rr'"),
+])  # fmt: skip
+def test_a_state_dict_kernel_returning_the_wrong_keys_or_shapes_is_refused(bad, match):
+    from pgas.references import mpi
+
+    mesh = pgas.make_mesh(("y", "x"), shape=(1, 1), devices=1)
+    state = {"x": field(uc.B, mesh), "rr": 1.0}
+    with pytest.raises(pgas.PgasError, match=match):
+        explicit.run_until(bad, state, uc.cg_converged, 3)
+    init = {"x": lambda i, j: uc.B[i, j], "rr": 1.0}
+    with pytest.raises(pgas.PgasError, match=match.replace("(17, 15)", "(17, 15)")):
+        mpi.run_until(bad, init, uc.B.shape, "float64", uc.cg_converged, 3, 1, pgas.Keep())
+
+
+def test_a_state_dict_with_deep_halos_or_a_bad_leaf_is_refused():
+    from pgas.references import mpi
+
+    mesh = pgas.make_mesh(("y", "x"), shape=(1, 1), devices=1)
+    with pytest.raises(pgas.PgasError, match="steps_per_exchange = 4 with a state dict"):
+        explicit.run_until(uc.cg_kernel, cg_state(mesh), uc.cg_converged, 3,
+                           steps_per_exchange=4)  # fmt: skip
+    with pytest.raises(pgas.PgasError, match="steps_per_exchange = 4 with a state dict"):
+        mpi.run_until(uc.cg_kernel, uc.cg_init(1.0), uc.B.shape, "float64", uc.cg_converged, 3,
+                      1, pgas.Keep(), steps_per_exchange=4)  # fmt: skip
+    with pytest.raises(pgas.PgasError, match=r"state\['rr'\] is a ndarray of shape \(2,\)"):
+        explicit.run_until(uc.cg_kernel, {**cg_state(mesh), "rr": np.ones(2)}, uc.cg_converged, 3)
+    with pytest.raises(pgas.PgasError, match=r"init\['rr'\] is a str"):
+        mpi.run_until(uc.cg_kernel, uc.cg_init("1"), uc.B.shape, "float64", uc.cg_converged, 3,
+                      1, pgas.Keep())  # fmt: skip
+
+
+def test_a_state_dict_with_params_on_explicit_and_mpi_in_one_process():
+    """kernel(e, p, reduce) and converged(e, p, reduce): a field and a scalar in the state, a
+    read-only field in params; both backends against NumPy, bit for bit."""
+    from pgas.references import mpi
+
+    u0, w = np.linspace(1.0, 2.0, 9), np.linspace(0.5, 0.9, 9)
+
+    def kern(e, p, reduce):
+        u = e["u"][1:-1] * p["w"][1:-1]
+        return {"u": u, "total": reduce(u, reproducible=True)}
+
+    def test(e, p, reduce):
+        return e["total"] < 1.0
+
+    want, steps = u0.copy(), 0
+    while True:
+        want, steps = want * w, steps + 1
+        if reprosum_numpy(want, want.size) < 1.0:
+            break
+    mesh = pgas.make_mesh(("x",), devices=3)
+    state = {"u": pgas.from_numpy(u0, mesh), "total": 0.0}
+    out = explicit.run_until(kern, state, test, 100, params={"w": pgas.from_numpy(w, mesh)})
+    assert out.steps_taken == steps and float(out.state["total"]) == reprosum_numpy(want, 9)
+    np.testing.assert_array_equal(out.state["u"].to_numpy(), want)
+    r = mpi.run_until(kern, {"u": lambda i: u0[i], "total": 0.0}, (9,), "float64", test, 100,
+                      1, pgas.Periodic(), params={"w": lambda i: w[i]})  # fmt: skip
+    assert r.steps == steps and r.field["total"] == reprosum_numpy(want, 9)
+    np.testing.assert_array_equal(r.field["u"], want)

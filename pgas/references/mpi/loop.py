@@ -86,7 +86,7 @@ class RunResult:
             the last check (``None`` from :func:`run`).
         check_every: from :func:`pgas.mpi.run_until`: steps between checks.
         allreduces: from :func:`pgas.mpi.run_until`: ``Allreduce`` calls of this
-            rank (one per reduction in each check).
+            rank (one per reduction, two per reproducible sum).
     """
 
     field: np.ndarray | None

@@ -10,7 +10,18 @@ with one ``Allreduce``. Every rank gets the same reduced value, so every rank
 takes the same decision. ``steps_taken`` is a multiple of ``check_every`` or
 ``max_steps``, as on the other backends; the field is bitwise equal to
 theirs, while the reduced values are not (another order of the sum): they
-only decide when to stop.
+only decide when to stop, unless they are ``reduce(..., reproducible=True)``
+(:mod:`pgas.globalview.reprosum`: the same bits as the other backends).
+
+A state dict (conjugate gradients): ``init`` may be a dict of field inits
+(functions of the global indices) and 0-d scalars; the kernel reduces inside
+the step, ``kernel(e, reduce)`` (``kernel(e, p, reduce)`` with params), ``e``
+the dict of each field's block with its halo and each scalar, and returns a
+dict of the same keys (each field's new cells, each new scalar). One step per
+exchange (``k = 1``: a reduction needs every cell up to date), each field's
+halo exchanged once per step (a check right after a step reuses it);
+``converged(e, reduce)`` may read a reduced scalar without reducing again. As
+:func:`pgas.explicit.run_until`, whose kernels run here unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from pgas.errors import PgasError
+from pgas.globalview import reprosum
+from pgas.globalview.reduce import reproducible_kind
 from pgas.grid import schedule
 from pgas.loop.until import check_args, check_decision, choose_check_every, warn_not_converged
 from pgas.references.mpi.collectives import gather as gather_to_root
@@ -37,7 +50,9 @@ _OPS = {"sum": (np.sum, MPI.SUM, 0), "max": (np.max, MPI.MAX, -np.inf),
 
 
 class _Reducer:
-    """``reduce(values, op)`` over the cells the kernel writes, on all ranks; counts its calls."""
+    """``reduce(values, op, reproducible=False)`` over the cells the kernel writes, on all
+    ranks; counts its calls. A float sum with ``reproducible=True`` is
+    :mod:`pgas.globalview.reprosum` on NumPy: a max ``Allreduce``, then one of the lanes."""
 
     def __init__(self, block: _Block) -> None:
         core = [m[lo : lo + n] for m, (lo, _), n in zip(block.masks, block.rim,
@@ -47,12 +62,24 @@ class _Reducer:
             mask = mask[..., None] & m
         self.mask = None if mask.all() else mask
         self.comm, self.calls = block.grid.comm, 0
+        self.size = math.prod(block.grid.global_shape)
 
-    def __call__(self, values, op: str = "sum"):
+    def __call__(self, values, op: str = "sum", reproducible: bool = False):
         if op not in _OPS:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_OPS)}")
         local, mpi_op, fill = _OPS[op]
         values = np.asarray(values)
+        if reproducible_kind(values.dtype, reproducible, op):
+            self.calls += 2  # two Allreduce calls: the max, then the lanes
+            if self.mask is not None:
+                values = np.where(self.mask, values, np.zeros((), values.dtype))
+            amax = self.comm.allreduce(reprosum.local_max(values, np), op=MPI.MAX)
+            amax = np.asarray(amax, values.dtype)
+            with np.errstate(invalid="ignore"):  # inf - inf in the non-finite lane: nan
+                part = reprosum.lanes(values, amax, self.size, np)
+            summed = np.empty_like(part)
+            self.comm.Allreduce(part, summed, op=MPI.SUM)
+            return reprosum.combine(summed, amax, self.size, np)[()]
         if self.mask is not None:
             if not np.issubdtype(values.dtype, np.floating) and op != "sum":
                 info = np.iinfo(values.dtype)
@@ -128,8 +155,10 @@ def run_until(
     in place of ``steps``; see the module docstring.
 
     Args:
-        kernel: ``kernel(ext) -> new`` (``kernel(ext, p)`` with ``params``).
-        init: ``init(*global_index_arrays) -> values`` for this rank's cells.
+        kernel: ``kernel(ext) -> new`` (``kernel(ext, p)`` with ``params``);
+            ``kernel(e, reduce) -> dict`` for a state dict (module docstring).
+        init: ``init(*global_index_arrays) -> values`` for this rank's cells, or a
+            state dict of such inits and 0-d scalars.
         global_shape: cells per axis.
         dtype: the field's dtype.
         converged: ``converged(e, reduce) -> bool`` (``converged(e, p, reduce)``
@@ -153,8 +182,10 @@ def run_until(
             ``converged`` as its block with the same halo as ``e`` (exchanged
             once, before the loop).
         callback: ``callback(steps_taken, block)`` on every rank once, at the end,
-            with this rank's cells (no halo; do not modify them).
-        gather: gather the final field to rank 0 (``RunResult.field``).
+            with this rank's cells (no halo; do not modify them); a dict of
+            them and the scalars for a state dict.
+        gather: gather the final field to rank 0 (``RunResult.field``; for a
+            state dict a dict of the gathered fields and the scalars).
 
     Returns:
         A :class:`~pgas.mpi.RunResult` whose ``steps`` are the steps taken, with
@@ -174,6 +205,10 @@ def run_until(
         check_world()
         check_args(max_steps, check_every, steps_per_exchange)
         max_steps = int(max_steps)
+        if isinstance(init, dict):
+            return _run_until_state(kernel, init, global_shape, dtype, converged, max_steps,
+                                    halo, boundary, region, grid, dims, check_every,
+                                    steps_per_exchange, params, callback, gather)  # fmt: skip
         grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
         choice = plan(global_shape, halo, grid.dims, steps_per_exchange).choice
         every, _ = choose_check_every(check_every, choice.steps_per_exchange, False)
@@ -230,3 +265,143 @@ def run_until(
             ),
             converged=done, check_every=every, allreduces=reduce.calls,
         )  # fmt: skip
+
+
+# ---- multi-field states: dicts of fields and scalars, reductions inside the step ------------
+class _State:
+    """The rank's blocks of a state dict (one :class:`_Block` per field, ``k = 1``) and its
+    scalars; each field's halo is exchanged when read after a write, not again."""
+
+    def __init__(self, init: dict, grid, halo, faces, bounds, dtype) -> None:
+        self.keys, self.blocks, self.scalars, self.fresh = tuple(init), {}, {}, {}
+        for key, value in init.items():
+            if callable(value):
+                block = _Block(grid, halo, faces, bounds, 1, dtype)
+                _initialize(block, value, grid)
+                self.blocks[key], self.fresh[key] = block, False
+            elif isinstance(value, (int, float, np.ndarray, np.generic)) and np.ndim(value) == 0:
+                self.scalars[key] = np.asarray(value, dtype)[()]
+            else:
+                raise PgasError(
+                    f"init[{key!r}] is a {type(value).__name__}; the init of a state dict "
+                    f"holds fields given by their init (a function of the global indices) and "
+                    f"0-d scalars"
+                )  # fmt: skip
+        if not self.blocks:
+            raise PgasError(f"the state {sorted(init)} holds no field (an init function)")
+        self.first = self.blocks[next(k for k in self.keys if k in self.blocks)]
+        self.grid, self.faces, self.width = grid, faces, sides_of(halo)
+
+    def seen(self, counter: MessageCounter) -> tuple[dict, dict]:
+        """The kernel's view (each field's block with its halo, the scalars), and the masks."""
+        e, masks = {}, {}
+        for key in self.keys:
+            if key in self.scalars:
+                e[key] = self.scalars[key]
+                continue
+            e[key], masks[key] = self.blocks[key].view(self.width)
+            if not self.fresh[key]:
+                exchange(e[key], self.grid, self.width, self.faces, counter)
+                self.fresh[key] = True
+        return e, masks
+
+    def step(self, kernel: Callable, counter: MessageCounter) -> None:
+        """One step: the kernel on every field's block, then every field and scalar written."""
+        e, masks = self.seen(counter)
+        new = kernel(e)
+        want = self.first.grid.local_shape
+        if not isinstance(new, dict) or set(new) != set(self.keys):
+            got = sorted(new) if isinstance(new, dict) else type(new).__name__
+            raise PgasError(
+                f"kernel returned {got}; a kernel of a state dict returns a dict with the "
+                f"state's keys {list(self.keys)}: the new cells of each field (e['u'][1:-1] "
+                f"for halo 1) and each new scalar"
+            )
+        new = {k: np.array(v) for k, v in new.items()}  # copies: no view of a block written
+        for key in self.keys:
+            shape = new[key].shape
+            if key in self.scalars and shape != ():
+                raise PgasError(
+                    f"kernel returned shape {shape} for the scalar {key!r}; return a 0-d "
+                    f"value (a reduction such as reduce(r * r), or arithmetic on scalars)"
+                )
+            if key in self.blocks and shape != want:
+                raise PgasError(
+                    f"kernel returned shape {shape} for the field {key!r} on rank "
+                    f"{self.grid.rank}, whose block has {want} cells; return new values for "
+                    f"every cell of the block (e[{key!r}][1:-1] for halo 1)"
+                )
+        for key in self.keys:
+            if key in self.scalars:
+                self.scalars[key] = np.asarray(new[key], self.scalars[key].dtype)[()]
+            else:
+                self.blocks[key]._put(e[key], masks[key], 0, want[0], new[key])
+                self.fresh[key] = False
+
+    def cores(self) -> dict:
+        """Each field's cells (no halo) and each scalar."""
+        return {k: self.blocks[k].core if k in self.blocks else self.scalars[k]
+                for k in self.keys}  # fmt: skip
+
+
+def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_steps: int, halo,
+                     boundary, region, grid, dims, check_every, steps_per_exchange, params,
+                     callback, gather) -> RunResult:  # fmt: skip
+    """:func:`run_until` on a state dict of fields and scalars (one step per exchange)."""
+    if steps_per_exchange not in ("auto", 1):
+        raise PgasError(
+            f"steps_per_exchange = {steps_per_exchange!r} with a state dict: its kernel reduces "
+            f"inside the step (reduce(...)), which needs every cell up to date, so it runs one "
+            f"step per exchange; pass steps_per_exchange=1 or 'auto'"
+        )
+    grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
+    how = plan(global_shape, halo, grid.dims, 1)
+    every, _ = choose_check_every(check_every, 1, True)
+    state = _State(init, grid, halo, faces, _update_bounds(grid, halo, faces, region), dtype)
+    fitted = _fields(params, state.first, grid, faces, dtype)
+    counter, reduce = MessageCounter(), _Reducer(state.first)
+    shape = tuple(n + lo + hi for n, (lo, hi) in zip(grid.local_shape, state.width))
+    more = () if fitted is None else (fitted(shape),)
+
+    def check() -> bool:
+        e, _ = state.seen(counter)
+        before = reduce.calls
+        out = converged(e, *more, reduce)
+        return bool(check_decision(out, reduce.calls - before, bool(state.scalars)))
+
+    def advance(steps: int) -> None:
+        for _ in range(steps):
+            state.step(lambda e: kernel(e, *more, reduce), counter)
+
+    grid.comm.Barrier()
+    start = MPI.Wtime()
+    n, done = 0, False
+    while not done and n + every <= max_steps:
+        advance(every)
+        n, done = n + every, check()
+    if not done and max_steps % every:
+        advance(max_steps % every)
+        n, done = n + max_steps % every, check()
+    grid.comm.Barrier()
+    seconds = max(grid.comm.allgather(MPI.Wtime() - start))
+    if not done:
+        warn_not_converged(max_steps, every)
+    cores = state.cores()
+    if callback is not None:
+        callback(n, cores)
+    field = None
+    if gather:
+        got = {k: gather_to_root(v, grid) if k in state.blocks else v for k, v in cores.items()}
+        field = got if grid.rank == 0 else None
+    counts = grid.comm.allgather((counter.messages, counter.bytes))
+    return dataclasses.replace(
+        RunResult(
+            field=field, seconds=seconds, wall_seconds=seconds, steps=n,
+            messages_per_step=sum(m for m, _ in counts) / n,
+            bytes_per_step=sum(b for _, b in counts) / n,
+            rank_messages_per_step=tuple(m / n for m, _ in counts),
+            rank_bytes_per_step=tuple(b / n for _, b in counts),
+            grid=grid.describe(), dims=grid.dims, steps_per_exchange=1, note=how.note,
+        ),
+        converged=done, check_every=every, allreduces=reduce.calls,
+    )  # fmt: skip

@@ -1,0 +1,35 @@
+"""CG on auto and explicit, 2x2 and 3x1 devices; run by test_until_backends.py in a process
+started with ``XLA_FLAGS=--xla_cpu_max_isa=AVX`` (no FMA instructions: XLA rounds every
+product, as NumPy). Prints one JSON line: steps, rr and the bytes of x per case."""
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "mpi_scripts")]
+jax.config.update("jax_enable_x64", True)
+
+import pgas  # noqa: E402
+
+pgas.use_cpu_devices(4)
+import test_until_backends as t  # noqa: E402
+import until_cases as uc  # noqa: E402
+
+from pgas.references import explicit  # noqa: E402
+
+out = []
+for shape in [(2, 2), (3, 1)]:
+    mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=shape[0] * shape[1])
+    runs = {"auto": pgas.run_until(t.cg_global, t.cg_state(mesh),
+                                   lambda s: s["rr"] < uc.CG_STOP, 200),
+            "explicit": explicit.run_until(uc.cg_kernel, t.cg_state(mesh), uc.cg_converged,
+                                           200)}  # fmt: skip
+    for name, r in runs.items():
+        out.append({"name": f"{name} {shape}", "steps": r.steps_taken,
+                    "rr": float(r.state["rr"]),
+                    "x_bits": np.asarray(r.state["x"].to_numpy()).tobytes().hex()})  # fmt: skip
+print(json.dumps(out))
