@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import pgas
+from pgas.errors import PgasError
 from pgas.references import explicit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,3 +282,11 @@ def test_mpi_run_with_a_field_param_and_a_one_sided_halo():
     u0, vf = (pgas.from_numpy(a, mesh, boundary=pgas.Neumann()) for a in (uc.UPWIND_X, v))
     auto = pgas.run(step, u0, uc.UPWIND_STEPS, params=vf)  # XLA's FMA: within an ulp of NumPy
     np.testing.assert_allclose(auto.to_numpy(), x, rtol=1e-15, atol=0)
+
+
+def test_mpi_run_names_a_bad_param():
+    from pgas.references import mpi
+
+    with pytest.raises(PgasError, match=r"params\['c'\] is a str; params of pgas.mpi.run hold"):
+        mpi.run(lambda e, p: e[1:-1], lambda i: 0.0 * i, (7,), "float64", 2, 1, pgas.Keep(),
+                params={"c": "0.5"})  # fmt: skip
