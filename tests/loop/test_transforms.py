@@ -6,7 +6,11 @@ nonlinear ones; the gradient program's collectives are read from its HLO.
 """
 
 import math
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ from stencils import heat
 import pgas
 from pgas.errors import PgasError
 
+ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVE = re.compile(r"= (\S+) (collective-permute|all-gather|all-reduce|all-to-all)\(")
 
 
@@ -221,11 +226,45 @@ def test_jvp_and_vmap_over_params():
 
     cs = jnp.array([0.05, 0.1, 0.2, 0.25])
     batch = jax.vmap(lambda c: pgas.run(step, make(), 11, params=c).data)(cs)
-    for i, c in enumerate(cs):  # XLA fuses the batched program its own way: within an ulp
+    for i, c in enumerate(cs):  # XLA contracts another multiply-add when batched: an ulp
         np.testing.assert_allclose(batch[i], pgas.run(step, make(), 11, params=c).data,
                                    rtol=4e-16, atol=0)  # fmt: skip
     with pytest.raises(PgasError, match=r"vmap over a GlobalArray's axes .*spec=\(None, 'x'\)"):
         jax.vmap(lambda u: pgas.run(heat, u, 3))(make())
+
+
+VMAP_WITHOUT_FMA = """
+import jax, jax.numpy as jnp, numpy as np, pgas
+pgas.use_cpu_devices(2)
+jax.config.update("jax_enable_x64", True)
+x0 = np.random.default_rng(5).random(50)
+u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=2), boundary=pgas.Keep())
+
+def step(u, c):
+    u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+    return u
+
+cs = jnp.array([0.05, 0.1, 0.2, 0.25])
+batch = jax.vmap(lambda c: pgas.run(step, u, 11, params=c).data)(cs)
+one = jax.jit(lambda c: pgas.run(step, u, 11, params=c).data)
+for i, c in enumerate(np.asarray(cs)):
+    want = x0.copy()
+    for _ in range(11):
+        want[1:-1] = (1 - 2 * c) * want[1:-1] + c * (want[:-2] + want[2:])
+    for got in (batch[i], one(c), pgas.run(step, u, 11, params=c).data):
+        np.testing.assert_array_equal(np.asarray(got), want)
+"""
+
+
+def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
+    """The ulp above is XLA's CPU backend contracting a multiply-add (FMA) in one program
+    and another in the next: with FMA instructions off (``--xla_cpu_max_isa=AVX``), vmap,
+    jit and the standalone call all give NumPy's bits."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(XLA_FLAGS="--xla_cpu_max_isa=AVX", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", VMAP_WITHOUT_FMA], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 # ---- 4. params ---------------------------------------------------------------------------
