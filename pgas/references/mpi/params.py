@@ -37,6 +37,13 @@ def fitted_params(params: Any, grid: CartGrid, halo: tuple[tuple[int, int], ...]
         faces: the state's boundary conditions, per axis and side.
         dtype: the fields' dtype (the state's).
         caller: the function named in the error for a leaf of another type.
+
+    >>> from pgas.grid.boundary import Keep, normalize_boundary
+    >>> from pgas.references.mpi.grid import cart_grid
+    >>> fitted = fitted_params({"c": 0.5, "w": lambda i: 1.0 * i}, cart_grid((5,), (1,)),
+    ...                        ((1, 1),), 2, normalize_boundary(Keep(), 1), "float64", "run")
+    >>> fitted((7,))  # 5 cells and a halo of 1: Keep repeats the edge value
+    {'c': 0.5, 'w': array([0., 0., 1., 2., 3., 4., 4.])}
     """
     if params is None:
         return None
@@ -81,7 +88,12 @@ def fitted_params(params: Any, grid: CartGrid, halo: tuple[tuple[int, int], ...]
 
 def bind(fn: Callable, fitted: Callable | None) -> Callable:
     """``fn(e, *more)`` as ``fn(e, params, *more)`` with ``params`` fitted to ``e``; ``fn``
-    itself without params."""
+    itself without params.
+
+    >>> import numpy as np
+    >>> bind(lambda e, c: c * e[1:-1], lambda shape: 0.5)(np.ones(4))
+    array([0.5, 0.5])
+    """
     if fitted is None:
         return fn
     return lambda e, *more: fn(e, fitted(e.shape), *more)
