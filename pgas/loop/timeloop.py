@@ -564,6 +564,17 @@ def run(
     (``remat_every``) and recomputes each segment once: about
     ``2 * sqrt(steps)`` states instead of ``steps``.
 
+    Under ``jax.vmap`` over ``params`` each element agrees with the call alone
+    within an ulp, not bitwise, where the step adds two products of inexact
+    factors (``(1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])``): XLA's CPU
+    backend always contracts a multiply and an add into one fused multiply-add,
+    and which product it contracts depends on the fusion (the batched
+    program's last sub-step contracts the other one; ``jax.jit`` and the
+    standalone call can differ the same way). No form of the step that pgas
+    could choose avoids it. With FMA instructions off
+    (``XLA_FLAGS=--xla_cpu_max_isa=AVX``) vmap, jit and the standalone call
+    agree bitwise, with NumPy too (benchmarks/README.md, "vmap over params").
+
     Args:
         step: ``state -> state``, or ``(state, params) -> state`` with ``params``;
             global-view code on :class:`pgas.GlobalArray`.

@@ -331,26 +331,103 @@ def comm_report(
 
 
 @functools.lru_cache(maxsize=32)
-def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int,
-            takes_params: bool = False) -> Callable:  # fmt: skip
-    """The compiled program of :func:`run` (cached per kernel, layout, halo, region and ``k``);
-    with ``takes_params`` it is called ``(block, steps, params)`` and runs ``kernel(e, params)``,
-    the params replicated on every device. ``widths``: the halo per axis, or per side
-    (``(below, above)`` pairs)."""
+def program(kernel: Kernel, layout: Layout, widths: tuple, region_key, k: int, tree=None,
+            fields: tuple = ()) -> Callable:  # fmt: skip
+    """The compiled program of :func:`run`: ``(block, steps, *params) -> block`` (cached per
+    kernel, layout, halo, region, ``k`` and the params' structure and fields, see
+    :func:`_split_params`; a new value of the params does not compile). ``widths``: the halo
+    per axis, or per side (``(below, above)`` pairs)."""
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
     sides = halo_sides(widths, layout.ndim)
 
-    def loop(block, n, *params):  # one buffer: each group reads its own extended copy
-        kern = (lambda e: kernel(e, params[0])) if params else kernel
-        group = _local_update(kern, layout, sides, region, k)
-        single = _local_update(kern, layout, sides, region, 1)
+    def loop(block, n, *leaves):  # one buffer: each group reads its own extended copy
+        call = _given(leaves, tree, fields, layout, sides, k)
+        group = _local_update(lambda e: call(kernel, e), layout, sides, region, k)
+        single = _local_update(lambda e: call(kernel, e), layout, sides, region, 1)
         block = jax.lax.fori_loop(0, n // k, lambda i, b: group(b, i), block)
         return jax.lax.fori_loop(0, n % k, lambda i, b: single(b, i), block)
 
     spec = PartitionSpec(*layout.spec)
-    specs = (spec, PartitionSpec()) + ((PartitionSpec(),) if takes_params else ())
-    sharded = shard_map(loop, mesh=layout.mesh, in_specs=specs, out_specs=spec)
+    sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, PartitionSpec(),
+                        *_param_specs(fields)), out_specs=spec)  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
+
+
+# ---- params: scalars, JAX arrays and read-only fields, for run and run_until ----------------
+def _split_params(params, layout: Layout):
+    """``params`` as (structure, leaves, layout of each field leaf or ``None``), checked."""
+    if params is None:
+        return None, [], ()
+    found, tree = jax.tree_util.tree_flatten_with_path(
+        params, is_leaf=lambda x: isinstance(x, GlobalArray)
+    )
+    leaves, fields = [], []
+    for path, leaf in found:
+        where = f"params{jax.tree_util.keystr(path)}"
+        if isinstance(leaf, GlobalArray):
+            if not leaf.layout.same_grid(layout):
+                raise PgasError(
+                    f"{where} has shape {leaf.shape} split {leaf.layout.spec} over "
+                    f"{dict(leaf.layout.mesh.shape)}; a field in params must be split like the "
+                    f"state ({layout.shape} split {layout.spec}): build it on the same mesh"
+                )  # fmt: skip
+            leaves.append(leaf.data)
+            fields.append(leaf.layout)
+        elif isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float)):
+            leaves.append(jnp.asarray(leaf))
+            fields.append(None)
+        else:
+            raise PgasError(
+                f"{where} is a {type(leaf).__name__}; params hold scalars, JAX arrays and "
+                f"pgas.GlobalArrays (read-only fields): pass other settings by closure"
+            )  # fmt: skip
+    return jax.tree.structure(jax.tree.unflatten(tree, [0] * len(leaves))), leaves, tuple(fields)
+
+
+def _param_specs(fields: tuple) -> tuple[PartitionSpec, ...]:
+    """The ``shard_map`` spec of each params leaf: a field's split, else replicated."""
+    return tuple(PartitionSpec() if lay is None else PartitionSpec(*lay.spec) for lay in fields)
+
+
+def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) -> Callable:
+    """``call(fn, e, *more)``: ``fn(e, params, *more)`` (``fn(e, *more)`` without params).
+
+    Shared by :func:`program` and :func:`until_program`. Inside ``shard_map``, once per
+    run: each field leaf is extended by the deep halo, ``k`` times ``sides`` (the sides the
+    kernel reads, as the state's frame), one exchange; every call hands the kernel the part
+    of it around ``e``: ``below`` cells before the block's cells and ``above`` after them,
+    whatever the sub-step.
+    """
+    if tree is None:
+        return lambda fn, e, *more: fn(e, *more)
+    widths = tuple(max(p) for p in sides)
+    deep = tuple(k * w for w in widths)
+    one_sided = _asymmetric(sides)
+    fill = None if one_sided is None else tuple((k * lo, k * hi) for lo, hi in one_sided)
+    numbers = _block_numbers(layout)
+    ext = []
+    for x, lay in zip(leaves, fields):
+        if lay is not None:
+            x = _extended(x, lay, deep, numbers, fill)
+            x = x.reshape(x.shape[1::2])
+        ext.append(x)
+
+    def call(fn, e, *more):
+        fitted = [x if lay is None else _fit(x, e.shape, sides, deep)
+                  for x, lay in zip(ext, fields)]  # fmt: skip
+        return fn(e, jax.tree.unflatten(tree, fitted), *more)
+
+    return call
+
+
+def _fit(ext: jax.Array, shape: tuple[int, ...], sides: Sides, deep: tuple[int, ...]):
+    """Of a field's block extended by ``deep`` per side, the part aligned with a state block
+    of ``shape``: ``shape - below - above`` centred cells with ``below`` / ``above`` around."""
+    cut = []
+    for n, s, (lo, hi), d in zip(ext.shape, shape, sides, deep):
+        dom = (s - (n - 2 * d) - lo - hi) // 2  # the state's frame beyond the kernel's halo
+        cut.append(slice(d - dom - lo, d - dom - lo + s))
+    return ext[tuple(cut)]
 
 
 def _key(layout: Layout, halo: Halo) -> tuple:
@@ -394,9 +471,13 @@ def run(
         steps_per_exchange: ``k``: one exchange of a halo ``k * halo`` wide, then
             ``k`` kernel steps on the extended block; ``"auto"`` chooses
             (:func:`choose`). Every ``k`` gives the same bits.
-        params: as :func:`pgas.run`'s: the kernel is called ``kernel(e, params)``;
-            scalars and JAX arrays, replicated on every device and arguments of
-            the compiled program (a new value does not compile).
+        params: as :func:`pgas.run`'s: the kernel is called ``kernel(e, params)``.
+            A pytree of scalars and JAX arrays (replicated on every device) and
+            read-only :class:`pgas.GlobalArray` fields split like ``u``: a field
+            is extended once per run by ``k * halo`` (one exchange, before the
+            loop) and reaches the kernel as its block with the same halo as
+            ``e``. All are arguments of the compiled program: a new value does
+            not compile.
 
     >>> import numpy as np, pgas
     >>> mesh = pgas.make_mesh(devices=1)
@@ -404,22 +485,11 @@ def run(
     >>> run(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u, 2).to_numpy()
     array([0., 1., 0.])
     """
-    key = region_key(region)
+    tree, leaves, fields = _split_params(params, u.layout)
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
-    if params is None:
-        compiled = program(kernel, u.layout, _key(u.layout, halo), key, k)
-        return GlobalArray(compiled(u.data, jnp.int32(steps)), u.layout)
-    for leaf in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, GlobalArray)):
-        if isinstance(leaf, GlobalArray) or not isinstance(
-            leaf, (jax.Array, np.ndarray, np.generic, int, float)
-        ):
-            raise PgasError(
-                f"params of pgas.explicit.run hold a {type(leaf).__name__}; they are replicated "
-                f"scalars and JAX arrays (a field the kernel reads across blocks needs its own "
-                f"halo: use pgas.run(step, state, steps, params=...) for read-only fields)"
-            )  # fmt: skip
-    compiled = program(kernel, u.layout, _key(u.layout, halo), key, k, True)
-    return GlobalArray(compiled(u.data, jnp.int32(steps), params), u.layout)
+    compiled = program(kernel, u.layout, _key(u.layout, halo), region_key(region), k, tree,
+                       fields)  # fmt: skip
+    return GlobalArray(compiled(u.data, jnp.int32(steps), *leaves), u.layout)
 
 
 # ---- run_until: iterate to convergence -----------------------------------------------------
@@ -460,12 +530,6 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
     return reduce
 
 
-def _fit(ext: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """The centre of an extended block ``ext`` with ``shape`` (a narrower halo)."""
-    cut = tuple(slice((e - s) // 2, (e - s) // 2 + s) for e, s in zip(ext.shape, shape))
-    return ext[cut]
-
-
 @functools.lru_cache(maxsize=32)
 def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: tuple,
                   region_key, k: int, every: int, max_steps: int, tree=None,
@@ -477,21 +541,11 @@ def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: t
     """
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
     window = normalize_index(region if region is not None else (), layout.shape)
-    deep = tuple(k * h for h in widths)
 
     def loop(block, *leaves):
         numbers = _block_numbers(layout)
-        ext = [_extended(x, lay, deep, numbers) if lay is not None else x
-               for x, lay in zip(leaves, fields)]  # fmt: skip
-        ext = [x.reshape(x.shape[1::2]) if lay is not None else x for x, lay in zip(ext, fields)]
-
-        def call(fn, e, *more):
-            if tree is None:
-                return fn(e, *more)
-            fitted = [_fit(x, e.shape) if lay is not None else x for x, lay in zip(ext, fields)]
-            return fn(e, jax.tree.unflatten(tree, fitted), *more)
-
         sides = halo_sides(widths, layout.ndim)
+        call = _given(leaves, tree, fields, layout, sides, k)
         group = _local_update(lambda e: call(kernel, e), layout, sides, region, k)
         single = _local_update(lambda e: call(kernel, e), layout, sides, region, 1)
         reduce = _reducer(layout, window, widths, numbers)
@@ -521,9 +575,7 @@ def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: t
         return out
 
     spec = PartitionSpec(*layout.spec)
-    specs = (spec,) + tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
-                            for lay in fields)  # fmt: skip
-    sharded = shard_map(loop, mesh=layout.mesh, in_specs=specs,
+    sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, *_param_specs(fields)),
                         out_specs=(spec, PartitionSpec(), PartitionSpec()))  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
 
@@ -534,36 +586,6 @@ def _tail(advance: Callable, check: Callable, rest: int) -> Callable:
         return b, c[1] + rest, check(b)
 
     return tail
-
-
-def _split_params(params, layout: Layout):
-    """``params`` as (structure, leaves, layout of each field leaf or ``None``), checked."""
-    if params is None:
-        return None, [], ()
-    found, tree = jax.tree_util.tree_flatten_with_path(
-        params, is_leaf=lambda x: isinstance(x, GlobalArray)
-    )
-    leaves, fields = [], []
-    for path, leaf in found:
-        where = f"params{jax.tree_util.keystr(path)}"
-        if isinstance(leaf, GlobalArray):
-            if not leaf.layout.same_grid(layout):
-                raise PgasError(
-                    f"{where} has shape {leaf.shape} split {leaf.layout.spec} over "
-                    f"{dict(leaf.layout.mesh.shape)}; a field in params must be split like the "
-                    f"state ({layout.shape} split {layout.spec}): build it on the same mesh"
-                )  # fmt: skip
-            leaves.append(leaf.data)
-            fields.append(leaf.layout)
-        elif isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float)):
-            leaves.append(jnp.asarray(leaf))
-            fields.append(None)
-        else:
-            raise PgasError(
-                f"{where} is a {type(leaf).__name__}; params hold scalars, JAX arrays and "
-                f"pgas.GlobalArrays (read-only fields): pass other settings by closure"
-            )  # fmt: skip
-    return jax.tree.structure(jax.tree.unflatten(tree, [0] * len(leaves))), leaves, tuple(fields)
 
 
 def run_until(

@@ -6,7 +6,11 @@ nonlinear ones; the gradient program's collectives are read from its HLO.
 """
 
 import math
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ from stencils import heat
 import pgas
 from pgas.errors import PgasError
 
+ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVE = re.compile(r"= (\S+) (collective-permute|all-gather|all-reduce|all-to-all)\(")
 
 
@@ -221,11 +226,45 @@ def test_jvp_and_vmap_over_params():
 
     cs = jnp.array([0.05, 0.1, 0.2, 0.25])
     batch = jax.vmap(lambda c: pgas.run(step, make(), 11, params=c).data)(cs)
-    for i, c in enumerate(cs):  # XLA fuses the batched program its own way: within an ulp
+    for i, c in enumerate(cs):  # XLA contracts another multiply-add when batched: an ulp
         np.testing.assert_allclose(batch[i], pgas.run(step, make(), 11, params=c).data,
                                    rtol=4e-16, atol=0)  # fmt: skip
     with pytest.raises(PgasError, match=r"vmap over a GlobalArray's axes .*spec=\(None, 'x'\)"):
         jax.vmap(lambda u: pgas.run(heat, u, 3))(make())
+
+
+VMAP_WITHOUT_FMA = """
+import jax, jax.numpy as jnp, numpy as np, pgas
+pgas.use_cpu_devices(2)
+jax.config.update("jax_enable_x64", True)
+x0 = np.random.default_rng(5).random(50)
+u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=2), boundary=pgas.Keep())
+
+def step(u, c):
+    u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+    return u
+
+cs = jnp.array([0.05, 0.1, 0.2, 0.25])
+batch = jax.vmap(lambda c: pgas.run(step, u, 11, params=c).data)(cs)
+one = jax.jit(lambda c: pgas.run(step, u, 11, params=c).data)
+for i, c in enumerate(np.asarray(cs)):
+    want = x0.copy()
+    for _ in range(11):
+        want[1:-1] = (1 - 2 * c) * want[1:-1] + c * (want[:-2] + want[2:])
+    for got in (batch[i], one(c), pgas.run(step, u, 11, params=c).data):
+        np.testing.assert_array_equal(np.asarray(got), want)
+"""
+
+
+def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
+    """The ulp above is XLA's CPU backend contracting a multiply-add (FMA) in one program
+    and another in the next: with FMA instructions off (``--xla_cpu_max_isa=AVX``), vmap,
+    jit and the standalone call all give NumPy's bits."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(XLA_FLAGS="--xla_cpu_max_isa=AVX", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", VMAP_WITHOUT_FMA], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 # ---- 4. params ---------------------------------------------------------------------------
@@ -322,30 +361,77 @@ def test_reductions_of_expressions_are_one_scalar_all_reduce():
     assert [kind for kind, _ in kinds] == ["all-reduce"] and hlo.count("all-reduce(") == 1
 
 
-def test_explicit_run_takes_params_without_compiling():
+def permutes_per_computation(hlo: str) -> dict[str, int]:
+    """Collective-permutes in each computation of compiled HLO text (``ENTRY``: outside loops)."""
+    counts = {}
+    for comp in hlo.split("\n\n"):
+        head = comp.strip().split("\n")[0].split(" (")[0]
+        n = len(re.findall(r"= \S+ collective-permute\(", comp))
+        if n:
+            counts["ENTRY" if head.startswith("ENTRY") else head] = n
+    return counts
+
+
+def test_explicit_run_takes_the_params_of_run_until_without_compiling():
+    """A scalar and a read-only field: bitwise the automatic path's, the field's halo
+    exchanged once per run (outside the loop), a new value runs the compiled program."""
     from pgas.references import explicit
 
-    mesh = pgas.make_mesh(("x",), devices=2)
-    x0 = np.random.default_rng(9).random(30)
+    compiles = []
 
-    def kernel(e, c):
-        return (1 - 2 * c) * e[1:-1] + c * (e[:-2] + e[2:])
+    def listen(event, secs, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
 
-    def numpy_run(c, steps=7):
-        u = x0.copy()
-        for _ in range(steps):
-            u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    rng = np.random.default_rng(9)
+    x0, k0 = rng.random((14, 11)), 0.05 + 0.1 * rng.random((14, 11))
+    inner = (slice(1, -1), slice(1, -1))
+
+    def kernel(e, p):
+        n = e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] - 4 * e[1:-1, 1:-1]
+        return e[1:-1, 1:-1] + p["k"][1:-1, 1:-1] * n - p["c"] * e[1:-1, 1:-1] ** 2
+
+    def step(u, p):
+        u[inner] = kernel(u, p)
         return u
 
-    for c in (0.1, 0.2):
-        u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
-        out = explicit.run(kernel, u, 7, region=(slice(1, -1),), params=c).to_numpy()
-        np.testing.assert_allclose(out, numpy_run(c), rtol=1e-13)
-    key = explicit.region_key((slice(1, -1),))
-    k = explicit.choose(u, 1, "auto").steps_per_exchange
-    assert explicit.program(kernel, u.layout, (1,), key, k, True)._cache_size() == 1
-    with pytest.raises(PgasError, match="params of pgas.explicit.run hold a GlobalArray"):
-        explicit.run(kernel, pgas.from_numpy(x0, mesh), 2, params=pgas.from_numpy(x0, mesh))
+    def numpy_run(k, c, steps=12):
+        u = x0.copy()
+        for _ in range(steps):
+            n = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+            u[1:-1, 1:-1] = u[1:-1, 1:-1] + k[1:-1, 1:-1] * n - c * u[1:-1, 1:-1] ** 2
+        return u
+
+    def make():
+        return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+
+    for k in (1, 5, "auto"):
+        p = {"c": 0.05, "k": pgas.from_numpy(k0, mesh)}
+        out = explicit.run(kernel, make(), 12, region=inner, steps_per_exchange=k, params=p)
+        auto = pgas.run(step, make(), 12, params=p).to_numpy()
+        np.testing.assert_array_equal(out.to_numpy(), auto)
+        np.testing.assert_allclose(auto, numpy_run(k0, 0.05), rtol=1e-13)
+    compiles.clear()
+    p = {"c": 0.02, "k": pgas.from_numpy(0.5 * k0, mesh)}
+    out = explicit.run(kernel, make(), 12, region=inner, params=p).to_numpy()
+    assert compiles == []  # from_numpy, the loop, to_numpy: nothing compiled
+    np.testing.assert_allclose(out, numpy_run(0.5 * k0, 0.02), rtol=1e-13)
+
+    u, key = make(), explicit.region_key(inner)
+    tree, leaves, fields = explicit._split_params(p, u.layout)
+    hlo = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
+        u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
+    tree, leaves, fields = explicit._split_params({"c": 0.05, "k": jnp.full((3, 3), 0.1)}, u.layout)
+    scalars = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
+        u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
+    field, alone = permutes_per_computation(hlo), permutes_per_computation(scalars)
+    assert field.pop("ENTRY") == 4  # the field: one exchange, 2 axes x 2 directions, once
+    assert sorted(field.values()) == sorted(alone.values()) and "ENTRY" not in alone
+    other = pgas.from_numpy(k0, pgas.make_mesh(("y", "x"), shape=(4, 1), devices=4))
+    with pytest.raises(PgasError, match=r"params\['k'\] has shape .* split like the state"):
+        explicit.run(kernel, make(), 2, params={"c": 0.1, "k": other})
 
 
 def test_a_field_of_the_enclosing_scope_is_exchanged_once_like_a_param():

@@ -1,4 +1,5 @@
-"""Rank-side driver for tests/references/test_until.py: Jacobi by ``pgas.mpi.run_until``.
+"""Rank-side driver for tests/references/test_until_backends.py: Jacobi by
+``pgas.mpi.run_until``, and ``pgas.mpi.run`` with params (a field, a scalar).
 
 Usage: ``mpiexec -n P python until_cases.py OUT_DIR``. Every case runs in this one
 launch; rank 0 writes ``OUT_DIR/fields.npz`` (one gathered field per case) and
@@ -91,6 +92,26 @@ def cg_init(rr0):
             "p": lambda i, j: B[i, j], "rr": rr0}  # fmt: skip
 
 
+# pgas.mpi.run with params: name -> (dims, steps_per_exchange, params as a dict?), 29 steps
+RUNS = {"run_rows_k1": ([3, 1], 1, False), "run_cols_kauto": ([1, 3], "auto", True)}
+RUN_STEPS = 29
+
+
+def scaled_kernel(e, p):
+    """The Jacobi sweep with its weight a scalar param: ``p = {"c": 0.25, "f": field}``."""
+    return p["c"] * (e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + p["f"][1:-1, 1:-1])
+
+
+# An upwind step reading a velocity field at the cell and two below it: halo ((2, 0),).
+UPWIND_X = np.random.default_rng(3).random(37)
+UPWIND_V = 0.2 + 0.5 * np.random.default_rng(4).random(37)
+UPWIND_STEPS = 23
+
+
+def upwind_kernel(e, v):
+    return e[2:] - v[2:] * (e[1:-1] - e[:-2]) * 0.5 - 0.1 * v[:-2] * (e[2:] - e[1:-1])
+
+
 def main() -> None:
     import pgas
     from pgas.references import mpi
@@ -129,6 +150,19 @@ def main() -> None:
                           "check_every": r.check_every, "k": r.steps_per_exchange,
                           "messages_per_step": r.messages_per_step,
                           "rr": float(r.field["rr"]) if r.field is not None else None}  # fmt: skip
+        for name, (dims, k, as_dict) in RUNS.items():
+            zero, f = (lambda i, j: np.zeros(np.shape(i))), (lambda i, j: F[i, j])
+            r = mpi.run(scaled_kernel if as_dict else kernel, zero, F.shape, "float64",
+                        RUN_STEPS, 1, pgas.Keep(), dims=dims, steps_per_exchange=k,
+                        params={"c": 0.25, "f": f} if as_dict else f)  # fmt: skip
+            if r.field is not None:
+                fields[name] = r.field
+            meta[name] = {"dims": list(r.dims), "k": r.steps_per_exchange}
+        r = mpi.run(upwind_kernel, lambda i: UPWIND_X[i], UPWIND_X.shape, "float64",
+                    UPWIND_STEPS, ((2, 0),), pgas.Neumann(), (slice(2, None),),
+                    steps_per_exchange=3, params=lambda i: UPWIND_V[i])  # fmt: skip
+        if r.field is not None:
+            fields["run_upwind"] = r.field
         every_rank = mpi.MPI.COMM_WORLD.gather(meta)
         if mpi.MPI.COMM_WORLD.rank == 0:
             np.savez(os.path.join(out, "fields.npz"), **fields)

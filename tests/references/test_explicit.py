@@ -121,6 +121,33 @@ def test_one_sided_explicit_equals_numpy_and_auto(name, n, devices):
     np.testing.assert_array_equal(auto.to_numpy(), want)
 
 
+def test_one_sided_with_a_field_param_equals_auto():
+    """A read-only field in params reaches the kernel with the state's one-sided halo."""
+    mesh = pgas.make_mesh(("x",), devices=4)
+    rng = np.random.default_rng(3)
+    x0, v0 = rng.random(37), 0.2 + 0.5 * rng.random(37)
+
+    def kernel(e, v):  # reads the field at the cell and two below it
+        return e[2:] - v[2:] * (e[1:-1] - e[:-2]) * 0.5 - 0.1 * v[:-2] * (e[2:] - e[1:-1])
+
+    def step(u, v):
+        u[2:] = kernel(u, v)
+        return u
+
+    want = x0.copy()
+    for _ in range(23):
+        want[2:] = (want[2:] - v0[2:] * (want[1:-1] - want[:-2]) * 0.5
+                    - 0.1 * v0[:-2] * (want[2:] - want[1:-1]))  # fmt: skip
+    v = pgas.from_numpy(v0, mesh, boundary=pgas.Neumann())
+    auto = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=pgas.Neumann()), 23, params=v)
+    np.testing.assert_allclose(auto.to_numpy(), want, rtol=1e-12)
+    for k in (1, 3, "auto"):
+        u = pgas.from_numpy(x0, mesh, boundary=pgas.Neumann())
+        out = explicit.run(kernel, u, 23, halo=((2, 0),), region=(slice(2, None),),
+                           steps_per_exchange=k, params=v)  # fmt: skip
+        np.testing.assert_array_equal(out.to_numpy(), auto.to_numpy(), err_msg=f"k = {k}")
+
+
 @pytest.mark.parametrize("name", list(ONE_SIDED))
 @pytest.mark.parametrize("k", [1, "auto"])
 def test_one_sided_same_collectives_as_auto(name, k):

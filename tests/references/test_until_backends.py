@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import pgas
+from pgas.errors import PgasError
 from pgas.references import explicit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -382,3 +383,56 @@ def test_a_state_dict_with_params_on_explicit_and_mpi_in_one_process():
                       1, pgas.Periodic(), params={"w": lambda i: w[i]})  # fmt: skip
     assert r.steps == steps and r.field["total"] == reprosum_numpy(want, 9)
     np.testing.assert_array_equal(r.field["u"], want)
+
+
+# ---- pgas.mpi.run with params, in the same launch ------------------------------------------
+@pytest.mark.parametrize("name", list(uc.RUNS))
+def test_mpi_run_with_a_field_param_is_numpy_and_the_jax_backends_bitwise(name):
+    fields, ranks = launch(3)
+    dims, k, as_dict = uc.RUNS[name]
+    assert ranks[0][name]["dims"] == dims
+    want = np.zeros_like(F)
+    for _ in range(uc.RUN_STEPS):
+        new = want.copy()
+        new[1:-1, 1:-1] = 0.25 * (want[:-2, 1:-1] + want[2:, 1:-1] + want[1:-1, :-2]
+                                  + want[1:-1, 2:] + F[1:-1, 1:-1])  # fmt: skip
+        want = new
+    np.testing.assert_array_equal(fields[name], want)
+    mesh = pgas.make_mesh(("y", "x"), shape=tuple(dims), devices=3)
+    params = {"c": 0.25, "f": field(F, mesh)} if as_dict else field(F, mesh)
+
+    def auto_step(u, p):
+        u[1:-1, 1:-1] = uc.scaled_kernel(u, p) if as_dict else kernel(u, p)
+        return u
+
+    auto = pgas.run(auto_step, field(np.zeros_like(F), mesh), uc.RUN_STEPS, params=params)
+    np.testing.assert_array_equal(auto.to_numpy(), want)
+    expl = explicit.run(uc.scaled_kernel if as_dict else kernel, field(np.zeros_like(F), mesh),
+                        uc.RUN_STEPS, region=(slice(1, -1), slice(1, -1)),
+                        steps_per_exchange=k, params=params)  # fmt: skip
+    np.testing.assert_array_equal(expl.to_numpy(), want)
+
+
+def test_mpi_run_with_a_field_param_and_a_one_sided_halo():
+    fields, _ = launch(3)
+    x, v = uc.UPWIND_X.copy(), uc.UPWIND_V
+    for _ in range(uc.UPWIND_STEPS):
+        x[2:] = x[2:] - v[2:] * (x[1:-1] - x[:-2]) * 0.5 - 0.1 * v[:-2] * (x[2:] - x[1:-1])
+    np.testing.assert_array_equal(fields["run_upwind"], x)
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def step(u, v):
+        u[2:] = uc.upwind_kernel(u, v)
+        return u
+
+    u0, vf = (pgas.from_numpy(a, mesh, boundary=pgas.Neumann()) for a in (uc.UPWIND_X, v))
+    auto = pgas.run(step, u0, uc.UPWIND_STEPS, params=vf)  # XLA's FMA: within an ulp of NumPy
+    np.testing.assert_allclose(auto.to_numpy(), x, rtol=1e-15, atol=0)
+
+
+def test_mpi_run_names_a_bad_param():
+    from pgas.references import mpi
+
+    with pytest.raises(PgasError, match=r"params\['c'\] is a str; params of pgas.mpi.run hold"):
+        mpi.run(lambda e, p: e[1:-1], lambda i: 0.0 * i, (7,), "float64", 2, 1, pgas.Keep(),
+                params={"c": "0.5"})  # fmt: skip

@@ -16,7 +16,9 @@ One module per concept:
   (``steps_per_exchange``), bitwise equal to a single-process NumPy loop for
   any rank count;
 - :mod:`pgas.mpi.until`: :func:`run_until`, the same loop until a test holds
-  (one ``Allreduce`` per reduction in each check).
+  (one ``Allreduce`` per reduction in each check);
+- :mod:`pgas.mpi.params`: the ``params`` of both (scalars, read-only fields
+  exchanged once per run).
 """
 
 from pgas.references.mpi.collectives import allreduce, gather

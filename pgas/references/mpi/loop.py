@@ -51,6 +51,7 @@ from pgas.references.mpi.exchange import (
     sides_of,
 )
 from pgas.references.mpi.grid import CartGrid, cart_grid, fill_local
+from pgas.references.mpi.params import bind, fitted_params
 from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
 __all__ = ["RunResult", "plan", "run"]
@@ -308,6 +309,7 @@ def run(
     steps_per_exchange: int | str = "auto",
     gather: bool = True,
     cells_per_value: int = 1,
+    params: Any = None,
 ) -> RunResult:
     """Run an explicit stencil time loop over all ranks and gather the result.
 
@@ -348,6 +350,14 @@ def run(
             (read it in ``callback``, which also runs after the last step).
         cells_per_value: cells ``init`` computes per value (e.g. 64 for bit-packed
             words): it is called on slabs of about 2**16 cells.
+        params: the kernel is called ``kernel(ext, params)``: a scalar or NumPy
+            array (passed as it is), or a read-only field given by its init
+            function (a callable of the global indices, as ``init``; the
+            field's boundary conditions are ``boundary``), or a dict, tuple or
+            list of them. A field reaches the kernel as its block with the same
+            halo as ``ext``, exchanged once before the loop
+            (:mod:`pgas.mpi.params`); the kernel then runs on the whole block
+            at once, not on slabs of rows.
 
     Snapshot gathers and callbacks are not counted in ``seconds``.
 
@@ -370,9 +380,11 @@ def run(
         bounds = _update_bounds(grid, halo, faces, region)
         block = _Block(grid, halo, faces, bounds, choice.steps_per_exchange, dtype)
         _initialize(block, init, grid, cells_per_value)
+        fitted = fitted_params(params, grid, block.halo, block.k, faces, dtype, "pgas.mpi.run")
         counter = MessageCounter()
         snaps = [gather_to_root(block.core, grid)] if every else []
-        seconds, wall = _loop(block, kernel, steps, every, chunk, callback, counter, snaps)
+        seconds, wall = _loop(block, bind(kernel, fitted), steps, every, chunk, callback, counter,
+                              snaps, whole=fitted is not None)  # fmt: skip
         counts = grid.comm.allgather((counter.messages, counter.bytes))
         per = max(steps, 1)
         return RunResult(
@@ -393,9 +405,11 @@ def run(
         )
 
 
-def _loop(block, kernel, steps, every, chunk, callback, counter, snaps) -> tuple[float, float]:
+def _loop(block, kernel, steps, every, chunk, callback, counter, snaps,
+          whole: bool = False) -> tuple[float, float]:  # fmt: skip
     """The timed loop: groups of ``k`` steps between snapshot/callback steps; the seconds
-    without and with the gathers and callbacks (max over ranks)."""
+    without and with the gathers and callbacks (max over ranks). ``whole``: the kernel on
+    the whole extended block (it reads params placed by its shape)."""
     comm = block.grid.comm
     outside = 0.0  # seconds spent in gathers and callbacks
     comm.Barrier()
@@ -403,7 +417,7 @@ def _loop(block, kernel, steps, every, chunk, callback, counter, snaps) -> tuple
     done = 0
     for stop in schedule.segments(steps, every, chunk):
         for size in schedule.groups(stop - done, block.k):
-            block.advance(size, kernel, counter)
+            block.advance(size, kernel, counter, whole)
         done = stop
         t0 = MPI.Wtime()
         if every and done % every == 0:

@@ -41,6 +41,7 @@ from pgas.loop.until import check_args, check_decision, choose_check_every, warn
 from pgas.references.mpi.collectives import gather as gather_to_root
 from pgas.references.mpi.exchange import MessageCounter, exchange, sides_of
 from pgas.references.mpi.loop import RunResult, _Block, _initialize, _setup, _update_bounds, plan
+from pgas.references.mpi.params import bind, fitted_params
 from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
 __all__ = ["run_until"]
@@ -87,47 +88,6 @@ class _Reducer:
             values = np.where(self.mask, values, np.asarray(fill).astype(values.dtype))
         self.calls += 1
         return self.comm.allreduce(local(values), op=mpi_op)
-
-
-def _fields(params, block: _Block, grid, faces, dtype) -> Callable | None:
-    """``fitted(shape)``: ``params`` for an extended block of ``shape``, every init (a
-    callable) made a block with the deep rim, exchanged once; ``None`` without params."""
-    if params is None:
-        return None
-    if isinstance(params, dict):
-        keys, leaves = list(params), list(params.values())
-    elif isinstance(params, (tuple, list)):
-        keys, leaves = None, list(params)
-    else:
-        keys, leaves = (), [params]
-    built, fields = [], set()
-    for i, leaf in enumerate(leaves):
-        if callable(leaf):
-            b = _Block(grid, block.halo, faces, [(0, 0)] * grid.ndim, block.k, dtype)
-            _initialize(b, leaf, grid)
-            exchange(b.ext, grid, b.rim, faces, MessageCounter())  # once: read-only
-            built.append(b.ext)
-            fields.add(i)
-        elif isinstance(leaf, (int, float, np.ndarray, np.generic)):
-            built.append(leaf)  # passed as it is
-        else:
-            raise PgasError(
-                f"params[{i if keys is None or keys == () else repr(keys[i])}] is a "
-                f"{type(leaf).__name__}; params of pgas.mpi.run_until hold scalars and fields "
-                f"given by their init (a function of the global indices, as init)"
-            )  # fmt: skip
-
-    def fitted(shape):
-        out = []
-        for i, x in enumerate(built):
-            if i in fields:  # the centre of the field's block with the halo of ``shape``
-                x = x[tuple(slice((e - s) // 2, (e - s) // 2 + s) for e, s in zip(x.shape, shape))]
-            out.append(x)
-        if keys == ():
-            return out[0]
-        return dict(zip(keys, out)) if keys is not None else type(params)(out)
-
-    return fitted
 
 
 def run_until(
@@ -217,12 +177,8 @@ def run_until(
         bounds = _update_bounds(grid, halo, faces, region)
         block = _Block(grid, halo, faces, bounds, k, dtype)
         _initialize(block, init, grid)
-        fitted = _fields(params, block, grid, faces, dtype)
-        if fitted is not None:
-            kern = lambda e: kernel(e, fitted(e.shape))  # noqa: E731
-            test = lambda e, reduce: converged(e, fitted(e.shape), reduce)  # noqa: E731
-        else:
-            kern, test = kernel, converged
+        fitted = fitted_params(params, grid, block.halo, k, faces, dtype, "pgas.mpi.run_until")
+        kern, test = bind(kernel, fitted), bind(converged, fitted)
         counter, reduce = MessageCounter(), _Reducer(block)
 
         def advance(steps: int) -> None:
