@@ -787,7 +787,8 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
             if tree is None:
                 return fn(e, *more)
             shape = next(e[k].shape for k, lay in zip(keys, layouts) if lay is not None)
-            fitted = [_fit(x, shape) if lay is not None else x for x, lay in zip(ext, fields)]
+            fitted = [_fit(x, shape, sides, widths) if lay is not None else x
+                      for x, lay in zip(ext, fields)]  # fmt: skip
             return fn(e, jax.tree.unflatten(tree, fitted), *more)
 
         def extend(values):

@@ -314,7 +314,7 @@ def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_ste
     how = plan(global_shape, halo, grid.dims, 1)
     every, _ = choose_check_every(check_every, 1, True)
     state = _State(init, grid, halo, faces, _update_bounds(grid, halo, faces, region), dtype)
-    fitted = _fields(params, state.first, grid, faces, dtype)
+    fitted = fitted_params(params, grid, state.first.halo, 1, faces, dtype, "pgas.mpi.run_until")
     counter, reduce = MessageCounter(), _Reducer(state.first)
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(grid.local_shape, state.width))
     more = () if fitted is None else (fitted(shape),)
