@@ -407,20 +407,17 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
         def probe_step(s, p):
             with recording_sides():
                 framed = frames(s, size)
-                given = _leaves(framed)
-                data = [g.data for g in given]  # held: the owners are keyed by id
-                inputs = _leaves(p)
-                owners = {id(g): i for i, g in enumerate(given)}
-                owners.update({id(d): i for i, d in enumerate(data)})
+                given, inputs = _leaves(framed), _leaves(p)
+                data = [g.data for g in given]  # alive while the owners are keyed by id
+                owners = {id(g): ("state", i) for i, g in enumerate(given)}
+                owners.update({id(d): ("state", i) for i, d in enumerate(data)})
                 owners.update({id(g.data): ("params", j) for j, g in enumerate(inputs)})
                 out = step_fn(step, p)(framed)
                 found.extend(_side_of(g, {id(d) for d in data}) for g in _leaves(out))
                 needs = needs_of(owners, len(probe))
-                zero = [((0, 0),) * g.layout.ndim for g in given + inputs]
-                fields.append(tuple(needs.get(i, z) for i, z in enumerate(zero)))
-                fields.append(tuple(needs.get(("params", j), z)
-                                    for j, z in enumerate(zero[len(given):])))  # fmt: skip
-                del data
+                for kind, arrays in (("state", given), ("params", inputs)):
+                    fields.append(tuple(needs.get((kind, i), ((0, 0),) * g.layout.ndim)
+                                        for i, g in enumerate(arrays)))  # fmt: skip
             return out
 
         out = jax.eval_shape(probe_step, state, params)
@@ -429,11 +426,11 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
             if isinstance(leaf, GlobalArray) and leaf.ext is not None:
                 for axis, (p, e) in enumerate(zip(size, leaf.ext)):
                     widths[axis] = max(widths[axis], p - e)
-        return widths, size, _per_side(widths, found), fields[0][: len(_leaves(state))], fields[1]
+        return widths, size, _per_side(widths, found), tuple(fields)
 
     def answer(measured, why):
-        widths, size, sides, fields, inputs = measured
-        return widths, size, why, sides, (fields, inputs)
+        widths, size, sides, fields = measured
+        return widths, size, why, sides, fields
 
     try:
         return answer(measure(max(probe)), "")
