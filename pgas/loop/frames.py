@@ -26,8 +26,20 @@ extended copy and an intermediate of the single-buffered group).
 Halos per side. ``sides`` (:attr:`pgas.loop.plan.Plan.sides`, the step's
 reach ``(below, above)`` per axis) makes every exchange send only ``k`` times
 each side's reach (:func:`pgas.halo.extend`, ``sides=``), and the slabs of a
-later axis only the filled part of the earlier axes' halos; the frames keep
-their symmetric width. ``None``: both sides, the symmetric exchange.
+later axis only the filled part of the earlier axes' halos. A frame still
+keeps the larger side's width on both sides (``GlobalArray.ext`` is one width
+per axis): the unread side's cells are zeros no block's own cell reads, and
+are held in memory. ``None``: both sides, the symmetric exchange.
+
+Frames per field. A single-buffered group of one step (``k = 1``, the
+remainder steps of a loop at ``k > 1``) frames each field by how far one step
+reads it (``fields=``, :attr:`pgas.loop.plan.Plan.fields`): a field read at no
+offset (conjugate gradients' ``x`` and ``r``) travels as its plain block, with
+no extension and no exchange, and a field read on one side exchanges that side
+only. Read-only fields follow their own reach the same way (``inputs=``,
+:func:`read_only`). At ``k > 1`` every field keeps the state's frame ``k`` times
+the step's reach: a field's value at the start of a later sub-step depends on
+the others' halos.
 """
 
 from __future__ import annotations

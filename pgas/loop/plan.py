@@ -48,8 +48,24 @@ Halos per side. The reach is also recorded per side of each axis
 through assignments that read each other's results), and a loop exchanges
 only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
 reads one cell below sends one slab of ``k`` cells, up. The frames keep their
-symmetric width (:attr:`Plan.halo`); the cells no side fills are never read
-by a block's own cells. A symmetric stencil's plan is what it always was.
+symmetric width (:attr:`Plan.halo`, the larger side); the cells no side fills
+are never read by a block's own cells. A symmetric stencil's plan is what it
+always was.
+
+Frames per field. The same trace records, for every field of the state and
+every read-only field of ``params``, how far one step reads it per side
+(:attr:`Plan.fields`, :attr:`Plan.inputs`; :func:`pgas.globalview.lower.needs_of`):
+the reach of every assignment's own cells into the data of that field, through
+the assignments that read each other's results (a field written pointwise from
+another and then read at an offset needs that offset in both) and the
+reductions (a sum of ``u[1:] - u[:-1]`` reads ``u`` one cell below). A
+single-buffered step then frames each field by its own reach: a field read at
+no offset is not extended nor exchanged. Conjugate gradients (``x``, ``r``,
+``p``; only ``p`` read at an offset) exchanges ``p``'s halo alone. The plan
+tries the frames on the step's trace and keeps the state's frame where they
+do not hold it; ``None`` where every field takes the state's frame (one
+field, or all read alike: the program is the one it always was). At ``k > 1``
+every field keeps the state's frame.
 """
 
 from __future__ import annotations
@@ -196,6 +212,11 @@ class Plan:
             only ever true at ``k > 1``.
         sides: the step's reach per side, ``(below, above)`` per axis, each at
             most ``widths``; ``None``: ``widths`` on both sides.
+        fields: how far one step reads each field of the state, ``(below,
+            above)`` per axis, in the order of the state's fields; the frame of
+            a single-buffered step (see the module docstring). ``None``: every
+            field the state's frame.
+        inputs: the same for the read-only fields of ``params``, in their order.
     """
 
     widths: tuple[int, ...] | None
@@ -283,6 +304,12 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
     >>> p = plan(upwind, u, steps_per_exchange=4)
     >>> p.sides, p.exchanged
     (((1, 0),), ((4, 0),))
+    >>> def accumulate(s):  # only u is read at an offset: v is not extended
+    ...     u, v = s
+    ...     v[:] = v + u
+    ...     return upwind(u), v
+    >>> plan(accumulate, (u, u.copy()), steps_per_exchange=1).fields
+    (((1, 0),), ((0, 0),))
     """
     import jax
 
