@@ -144,6 +144,8 @@ def recording_sides() -> Iterator[dict]:
     ``(below, above)`` per axis: the largest over its reads of the read array's
     own reach plus the read's offsets, and the target's old reach (cells
     outside the window keep their old values). Arrays never assigned reach 0.
+    Each new data's reach into every data it was computed from is recorded
+    too (:func:`reads_of`, :func:`needs_of`): what each field's frame is made of.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
@@ -188,7 +190,7 @@ def reads_of(data) -> dict[int, tuple[Any, Sides]]:
     return {id(data): (data, None)}
 
 
-def needs_of(owners: dict[int, int], ndim: int) -> dict[int, Sides]:
+def needs_of(owners: dict[int, Any], ndim: int) -> dict[Any, Sides]:
     """How far, per side, every assignment recorded so far (:func:`recording_sides`) reads
     the data of each owner: ``{owner: sides}`` over the ``owners`` (``{id(data): owner}``
     of the data given to the step) and the data assigned into an array given to the
@@ -203,9 +205,9 @@ def needs_of(owners: dict[int, int], ndim: int) -> dict[int, Sides]:
         if id(target) in owners and id(data) not in owners:
             owners = {**owners, id(data): owners[id(target)]}
     for _, _, deps in book.values():
-        for key, (obj, far) in deps.items():
-            who = owners.get(key)
-            if who is None or (key in book and book[key][0] is not obj):
+        for key, (_, far) in deps.items():
+            who = owners.get(key)  # ids of live data: every one is held here or by the caller
+            if who is None:
                 continue
             got = out.get(who, zero)
             out[who] = tuple((max(g[0], f[0]), max(g[1], f[1]))
@@ -234,7 +236,7 @@ def _record(target, reads: list[Read], data) -> None:
     _BOOKS[-1][id(data)] = (data, tuple((lo, hi) for lo, hi in reach))
     deps: dict[int, tuple[Any, Sides]] = {id(data): (data, zero)}
     sources = [(target.data, zero)] + [(r.array.data, r.per_side()) for r in reads]
-    for source, (offsets) in sources:  # cells outside the window keep the old values
+    for source, offsets in sources:  # the target's old data: cells outside the window
         for key, (obj, far) in reads_of(source).items():
             far = far or zero
             got = deps.get(key, (obj, zero))[1]
