@@ -9,6 +9,7 @@ written here (bitwise where the arithmetic is the same; CG's sums run in
 another order on 4 blocks, so to rounding).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -128,9 +129,18 @@ def test_two_fields_exchange_one(k):
     if kk == 1:  # one slab of u each way; v is not exchanged
         assert sorted(c.bytes for c in _permutes(report)) == [8, 8]
         assert report.bytes("collective-permute") == report.ideal_bytes == 16
-    out = pgas.run(heat_and_sum, state(), 13, steps_per_exchange=k)
-    for got, want in zip(out, heat_and_sum_numpy(u0, v0, 13)):
-        np.testing.assert_array_equal(got.to_numpy(), want)
+    want = heat_and_sum_numpy(u0, v0, 13)
+    runs = {
+        "run": pgas.run(heat_and_sum, state(), 13, steps_per_exchange=k),
+        # single-buffered groups of 4 (a callback) and a remainder step in per-field frames
+        "callback": pgas.run(
+            heat_and_sum, state(), 13, steps_per_exchange=4, callback=lambda done, s: None
+        ),
+        "jit": jax.jit(lambda s: pgas.run(heat_and_sum, s, 13, steps_per_exchange=k))(state()),
+    }
+    for how, out in runs.items():
+        for got, w in zip(out, want):
+            np.testing.assert_array_equal(got.to_numpy(), w, err_msg=how)
 
 
 def test_frames_follow_assignments_and_reductions():
