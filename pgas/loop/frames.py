@@ -26,8 +26,20 @@ extended copy and an intermediate of the single-buffered group).
 Halos per side. ``sides`` (:attr:`pgas.loop.plan.Plan.sides`, the step's
 reach ``(below, above)`` per axis) makes every exchange send only ``k`` times
 each side's reach (:func:`pgas.halo.extend`, ``sides=``), and the slabs of a
-later axis only the filled part of the earlier axes' halos; the frames keep
-their symmetric width. ``None``: both sides, the symmetric exchange.
+later axis only the filled part of the earlier axes' halos. A frame still
+keeps the larger side's width on both sides (``GlobalArray.ext`` is one width
+per axis): the unread side's cells are zeros no block's own cell reads, and
+are held in memory. ``None``: both sides, the symmetric exchange.
+
+Frames per field. A single-buffered group of one step (``k = 1``, the
+remainder steps of a loop at ``k > 1``) frames each field by how far one step
+reads it (``fields=``, :attr:`pgas.loop.plan.Plan.fields`): a field read at no
+offset (conjugate gradients' ``x`` and ``r``) travels as its plain block, with
+no extension and no exchange, and a field read on one side exchanges that side
+only. Read-only fields follow their own reach the same way (``inputs=``,
+:func:`read_only`). At ``k > 1`` every field keeps the state's frame ``k`` times
+the step's reach: a field's value at the start of a later sub-step depends on
+the others' halos.
 """
 
 from __future__ import annotations
@@ -128,7 +140,8 @@ def hold(mesh, halo: tuple[int, ...]) -> bool:
 
 
 def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
-           sides: Sides | None = None) -> State:  # fmt: skip
+           sides: Sides | None = None,
+           fields: tuple[Sides, ...] | None = None) -> State:  # fmt: skip
     """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
 
     The extended blocks are built by a concatenate, held behind an optimization
@@ -136,8 +149,15 @@ def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
     them. ``anchor`` is a zero tied to the loop counter (see
     :class:`pgas.GlobalArray`). ``sides``: the cells exchanged ``(below, above)``
     per axis, each at most ``halo[i]`` (the rest of the halo is zeros); default
-    all of it.
+    all of it. ``fields``: each field's own ``sides`` (in the order of the state's
+    fields, :attr:`pgas.loop.plan.Plan.fields`), its halo the larger side; a field
+    read at no offset is its plain block, with nothing exchanged.
     """
+    if fields is not None:
+        found, tree = jax.tree.flatten(state, is_leaf=_is_array)
+        each = iter(fields)
+        found = [_framed_field(g, next(each), anchor) if _is_array(g) else g for g in found]
+        return tree.unflatten(found)
 
     def one(g: GlobalArray) -> GlobalArray:
         lay = g.layout
@@ -156,6 +176,15 @@ def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
         return GlobalArray(blocks, lay, tuple(halo[: lay.ndim]), anchor)
 
     return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+
+
+def _framed_field(g: GlobalArray, sides: Sides, anchor: jax.Array | None = None) -> GlobalArray:
+    """One field framed for a reach of ``sides``: its halo the larger side per axis, only
+    ``sides`` exchanged; a field read at no offset is its plain block, nothing exchanged."""
+    halo = tuple(max(lo, hi) for lo, hi in sides)
+    if not any(halo):
+        return GlobalArray(blocks_of(g)[0], g.layout, halo, anchor)
+    return frames(g, halo, anchor, sides)
 
 
 def cores(state: State) -> State:
@@ -182,13 +211,16 @@ def physical(state: State) -> State:
 
 
 def group(body: Callable, widths: tuple[int, ...] | None, k: int,
-          sides: Sides | None = None) -> Callable:  # fmt: skip
+          sides: Sides | None = None,
+          fields: tuple[Sides, ...] | None = None) -> Callable:  # fmt: skip
     """``k`` steps with one exchange of a halo ``k * widths`` wide: ``group(state, counter)``.
 
     ``widths=None`` (a step no frame can hold, see :func:`pgas.plan.plan`): one
     step on the physical fields, each assignment exchanging its own halo.
     ``sides``: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`);
-    only ``k`` times that is exchanged.
+    only ``k`` times that is exchanged. ``fields``: each field's reach for one
+    step (:attr:`pgas.loop.plan.Plan.fields`), its frame at ``k = 1`` (a field
+    read at no offset is not extended); ``k > 1`` frames every field alike.
     """
     if widths is None:
         if k != 1:
@@ -197,7 +229,8 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int,
 
     def group(state, counter=None):
         anchor = None if counter is None else anchor_of(counter)
-        s = frames(state, tuple(k * w for w in widths), anchor, _scaled(sides, k))
+        own = fields if k == 1 else None  # k > 1: every field framed alike
+        s = frames(state, tuple(k * w for w in widths), anchor, _scaled(sides, k), own)
         for _ in range(k):
             s = body(s)
         return cores(s)
@@ -206,11 +239,12 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int,
 
 
 def group_program(step: Callable, widths: tuple[int, ...] | None, k: int, params: Any = None,
-                  sides: Sides | None = None) -> Callable[[State], State]:  # fmt: skip
+                  sides: Sides | None = None,
+                  fields: tuple[Sides, ...] | None = None) -> Callable[[State], State]:  # fmt: skip
     """One exchange and ``k`` steps, physical state in and out (what comm_report compiles);
-    ``params`` as :func:`step_fn` takes them (already :func:`read_only`); ``sides`` as
-    :func:`group` takes them."""
-    run_group = group(step_fn(step, params), widths, k, sides)
+    ``params`` as :func:`step_fn` takes them (already :func:`read_only`); ``sides`` and
+    ``fields`` as :func:`group` takes them."""
+    run_group = group(step_fn(step, params), widths, k, sides, fields)
     return lambda state: physical(run_group(blocks(state)))
 
 
@@ -355,7 +389,8 @@ def _fill(x: GlobalArray, widths: tuple[int, ...], sides: Sides | None) -> Sides
 
 
 # ---- read-only fields ---------------------------------------------------------------------
-def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
+def read_only(params: Any, widths: tuple[int, ...] | None, k: int,
+              inputs: tuple[Sides, ...] | None = None) -> Any:  # fmt: skip
     """``params`` with every read-only :class:`GlobalArray` extended once for a loop.
 
     The halo is what a group's sub-steps read it with, at most ``k + 1``
@@ -363,6 +398,9 @@ def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
     smallest block (the plan's ``k`` fits a constant's reads there, see
     :func:`pgas.plan.plan`), so the field is exchanged once per call of the
     loop, never per group or sub-step. ``widths=None`` (no frames): unchanged.
+    ``inputs``: at ``k = 1``, each read-only field's reach per side
+    (:attr:`pgas.loop.plan.Plan.inputs`, in the order of ``params``' fields),
+    exchanged instead: a field read at no offset is its plain block.
 
     >>> import numpy as np, pgas
     >>> c = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
@@ -371,6 +409,12 @@ def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
     """
     if params is None or widths is None:
         return params
+    if inputs is not None and k == 1:
+        found, tree = jax.tree.flatten(params, is_leaf=_is_array)
+        each = iter(inputs)
+        found = [_framed_field(g, next(each)) if _is_array(g) and g.ext is None else g
+                 for g in found]  # fmt: skip
+        return tree.unflatten(found)
 
     def one(g):
         if not isinstance(g, GlobalArray) or g.ext is not None:
@@ -384,7 +428,7 @@ def read_only(params: Any, widths: tuple[int, ...] | None, k: int) -> Any:
 
 @contextlib.contextmanager
 def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
-                k: int) -> Iterator[Any]:  # fmt: skip
+                k: int, inputs: tuple[Sides, ...] | None = None) -> Iterator[Any]:  # fmt: skip
     """What a loop reads besides its state, extended once: ``with loop_inputs(...) as params``.
 
     Yields ``params`` made :func:`read_only`; inside, the step's reads of the
@@ -393,6 +437,7 @@ def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
     same way (:func:`pgas.globalview.lower.holding`). Trace the loop inside:
     both are exchanged once per call of the loop, as a parameter is, never per
     group or sub-step. ``widths=None`` (no frames): nothing is extended.
+    ``inputs``: as :func:`read_only` takes them.
 
     >>> import numpy as np, pgas
     >>> c = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
@@ -406,4 +451,4 @@ def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
     copies = {id(g): (g.data, read_only(g, widths, k))
               for g in fields if g.layout.ndim == len(widths)}  # fmt: skip
     with holding(copies):
-        yield read_only(params, widths, k)
+        yield read_only(params, widths, k, inputs)

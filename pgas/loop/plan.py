@@ -48,8 +48,24 @@ Halos per side. The reach is also recorded per side of each axis
 through assignments that read each other's results), and a loop exchanges
 only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
 reads one cell below sends one slab of ``k`` cells, up. The frames keep their
-symmetric width (:attr:`Plan.halo`); the cells no side fills are never read
-by a block's own cells. A symmetric stencil's plan is what it always was.
+symmetric width (:attr:`Plan.halo`, the larger side); the cells no side fills
+are never read by a block's own cells. A symmetric stencil's plan is what it
+always was.
+
+Frames per field. The same trace records, for every field of the state and
+every read-only field of ``params``, how far one step reads it per side
+(:attr:`Plan.fields`, :attr:`Plan.inputs`; :func:`pgas.globalview.lower.needs_of`):
+the reach of every assignment's own cells into the data of that field, through
+the assignments that read each other's results (a field written pointwise from
+another and then read at an offset needs that offset in both) and the
+reductions (a sum of ``u[1:] - u[:-1]`` reads ``u`` one cell below). A
+single-buffered step then frames each field by its own reach: a field read at
+no offset is not extended nor exchanged. Conjugate gradients (``x``, ``r``,
+``p``; only ``p`` read at an offset) exchanges ``p``'s halo alone. The plan
+tries the frames on the step's trace and keeps the state's frame where they
+do not hold it; ``None`` where every field takes the state's frame (one
+field, or all read alike: the program is the one it always was). At ``k > 1``
+every field keeps the state's frame.
 """
 
 from __future__ import annotations
@@ -63,7 +79,7 @@ import numpy as np
 
 from pgas.errors import FrameError, HaloError, PgasError, whole_number
 from pgas.globalview.array import GlobalArray
-from pgas.globalview.lower import recording_sides, sides_of
+from pgas.globalview.lower import needs_of, recording_sides, sides_of
 from pgas.globalview.reduce import traced_reductions
 from pgas.grid.mesh import platform_of
 from pgas.loop.frames import double_buffered, frames, step_fn
@@ -196,6 +212,11 @@ class Plan:
             only ever true at ``k > 1``.
         sides: the step's reach per side, ``(below, above)`` per axis, each at
             most ``widths``; ``None``: ``widths`` on both sides.
+        fields: how far one step reads each field of the state, ``(below,
+            above)`` per axis, in the order of the state's fields; the frame of
+            a single-buffered step (see the module docstring). ``None``: every
+            field the state's frame.
+        inputs: the same for the read-only fields of ``params``, in their order.
     """
 
     widths: tuple[int, ...] | None
@@ -204,6 +225,21 @@ class Plan:
     platform: str
     double: bool = False
     sides: tuple[tuple[int, int], ...] | None = None
+    fields: tuple[tuple[tuple[int, int], ...], ...] | None = None
+    inputs: tuple[tuple[tuple[int, int], ...], ...] | None = None
+
+    @property
+    def frames(self) -> dict:
+        """What a single-buffered group of one step frames each field with: ``fields=`` and
+        ``inputs=`` for :func:`pgas.loop.frames.group` and
+        :func:`pgas.loop.frames.loop_inputs`; empty where every field takes the state's frame
+        (a symmetric plan's program is the one it always was)."""
+        out = {}
+        if self.fields is not None:
+            out["fields"] = self.fields
+        if self.inputs is not None:
+            out["inputs"] = self.inputs
+        return out
 
     @property
     def reach(self) -> tuple[tuple[int, int], ...] | None:
@@ -268,6 +304,12 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
     >>> p = plan(upwind, u, steps_per_exchange=4)
     >>> p.sides, p.exchanged
     (((1, 0),), ((4, 0),))
+    >>> def accumulate(s):  # only u is read at an offset: v is not extended
+    ...     u, v = s
+    ...     v[:] = v + u
+    ...     return upwind(u), v
+    >>> plan(accumulate, (u, u.copy()), steps_per_exchange=1).fields
+    (((1, 0),), ((0, 0),))
     """
     import jax
 
@@ -312,14 +354,17 @@ def _trace(step, state, requested, double, params=None) -> Plan:
                   for i in range(ndim))  # fmt: skip
     platform = platform_of(arrays[0].layout.mesh)
     before = traced_reductions()
-    widths, held, why, sides = _reach(step, state, probe, params)
+    widths, held, why, sides, per_field = _reach(step, state, probe, params)
+    if widths is not None:
+        fields, inputs = _framed(step, state, params, widths, sides, per_field)
     if widths is not None and traced_reductions() > before:  # a reduction inside the step
         note = (
             "k = 1, no deep halos: the step computes a reduction (one all-reduce of a "
             "scalar per step), which needs every cell of the grid up to date each step"
         )
         return Plan(tuple(widths), Choice(1, requested, note if requested != 1 else ""),
-                    (*widths,), platform, sides=sides)  # fmt: skip
+                    (*widths,), platform, sides=sides, fields=fields,
+                    inputs=inputs)  # fmt: skip
     if has_scalars(state):
         double = False  # scalars in the state: the single-buffered loop carries them
     if widths is None:  # no frame holds the step: one step per iteration, halos per assignment
@@ -333,7 +378,40 @@ def _trace(step, state, requested, double, params=None) -> Plan:
         choice = Choice(cap, requested, note)
     k = choice.steps_per_exchange
     return Plan(tuple(widths), choice, tuple(k * w for w in widths), platform, double and k > 1,
-                sides)  # fmt: skip
+                sides, fields, inputs)  # fmt: skip
+
+
+def _framed(step, state, params, widths, sides, per_field):
+    """``(fields, inputs)``: each field's and read-only field's reach per side for one step
+    (:attr:`Plan.fields`), ``None`` where every one takes the state's frame, or where the
+    step does not run on such frames (then it keeps the state's)."""
+    import jax
+
+    if per_field is None:
+        return None, None
+    fields, inputs = per_field
+    reach = sides or tuple((w, w) for w in widths)
+
+    def same(f):
+        return all(tuple(fs) == tuple(r) for fs, r in zip(f, reach))
+
+    fields = None if all(same(f) for f in fields) else fields
+    inputs = None if all(same(f) for f in inputs) else inputs
+    if fields is None and inputs is None:
+        return None, None
+    try:  # the frames must hold the step's every assignment: try them on its trace
+        jax.eval_shape(lambda s, p: _one_step(step, s, p, tuple(widths), sides, fields, inputs),
+                       state, params)  # fmt: skip
+    except (HaloError, FrameError):
+        return None, None
+    return fields, inputs
+
+
+def _one_step(step, state, params, widths, sides, fields, inputs):
+    from pgas.loop.frames import blocks, group, read_only
+
+    held = read_only(params, widths, 1, inputs)
+    return group(step_fn(step, held), widths, 1, sides, fields)(blocks(state))
 
 
 def _reach(step, state, probe: tuple[int, ...], params=None):
@@ -351,13 +429,22 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
     def measure(t: int):
         size = tuple(min(p, t) for p in probe)
         found: list = []
+        fields: list = []
 
         def probe_step(s, p):
             with recording_sides():
                 framed = frames(s, size)
-                given = {id(g.data) for g in _leaves(framed)}
+                given, inputs = _leaves(framed), _leaves(p)
+                data = [g.data for g in given]  # alive while the owners are keyed by id
+                owners = {id(g): ("state", i) for i, g in enumerate(given)}
+                owners.update({id(d): ("state", i) for i, d in enumerate(data)})
+                owners.update({id(g.data): ("params", j) for j, g in enumerate(inputs)})
                 out = step_fn(step, p)(framed)
-                found.extend(_side_of(g, given) for g in _leaves(out))
+                found.extend(_side_of(g, {id(d) for d in data}) for g in _leaves(out))
+                needs = needs_of(owners, len(probe))
+                for kind, arrays in (("state", given), ("params", inputs)):
+                    fields.append(tuple(needs.get((kind, i), ((0, 0),) * g.layout.ndim)
+                                        for i, g in enumerate(arrays)))  # fmt: skip
             return out
 
         out = jax.eval_shape(probe_step, state, params)
@@ -366,11 +453,11 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
             if isinstance(leaf, GlobalArray) and leaf.ext is not None:
                 for axis, (p, e) in enumerate(zip(size, leaf.ext)):
                     widths[axis] = max(widths[axis], p - e)
-        return widths, size, _per_side(widths, found)
+        return widths, size, _per_side(widths, found), tuple(fields)
 
     def answer(measured, why):
-        widths, size, sides = measured
-        return widths, size, why, sides
+        widths, size, sides, fields = measured
+        return widths, size, why, sides, fields
 
     try:
         return answer(measure(max(probe)), "")
@@ -391,7 +478,7 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
             why = str(err)
         except HaloError:
             continue
-    return None, None, why, None
+    return None, None, why, None, None
 
 
 def _leaves(tree) -> list[GlobalArray]:

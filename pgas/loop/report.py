@@ -416,10 +416,12 @@ def comm_report(
                                shardy=shardy)  # fmt: skip
     how = plan or make_plan(fn, s, steps_per_exchange, params=params)
     k = how.steps_per_exchange
-    held = jax.jit(lambda p: read_only(p, how.widths, k))(params) if params is not None else None
+    fields, inputs = how.frames.get("fields"), how.frames.get("inputs")
+    held = jax.jit(lambda p: read_only(p, how.widths, k, inputs))(params) \
+        if params is not None else None  # fmt: skip
 
     def group(t, p):
-        return group_program(fn, how.widths, k, p, how.sides)(t)
+        return group_program(fn, how.widths, k, p, how.sides, fields)(t)
 
     if loop:
         prog = lambda t, n, p: jax.lax.fori_loop(0, n, lambda i, x: group(x, p), t)  # noqa: E731
@@ -427,7 +429,9 @@ def comm_report(
     else:
         prog, args = group, (s, held)
     arrays = _arrays(s)
-    exchanges = [e for a in arrays for e in exchanges_of(a.layout, how.exchanged, a.dtype.itemsize)]
+    each = fields if fields is not None and k == 1 else [how.exchanged] * len(arrays)
+    exchanges = [e for a, f in zip(arrays, each)
+                 for e in exchanges_of(a.layout, f, a.dtype.itemsize)]  # fmt: skip
     return compiled_report(
         prog, args, name=getattr(step, "__name__", "step"),
         mesh=dict(arrays[0].layout.mesh.shape) if arrays else {}, exchanges=exchanges,

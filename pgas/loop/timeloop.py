@@ -142,7 +142,8 @@ class Carried:
 def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int | None,
             observe: Callable | None, double: bool = False,
             transport: Callable | None = None, takes_params: bool = False,
-            captured: tuple = (), sides: tuple | None = None) -> Program:  # fmt: skip
+            captured: tuple = (), sides: tuple | None = None, fields: tuple | None = None,
+            inputs: tuple | None = None) -> Program:  # fmt: skip
     """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
 
     A seam for tools that need the loop itself: XLA's memory analysis and HLO
@@ -168,21 +169,24 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
             new program, never a stale one.
         sides: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`): only ``k``
             times each side's reach is exchanged; ``None``: both sides of ``widths``.
+        fields, inputs: each field's and read-only field's frame for a single-buffered
+            step (:attr:`pgas.loop.plan.Plan.fields`, :attr:`~pgas.loop.plan.Plan.inputs`);
+            ``None``: the state's.
     """
     look = observe or (lambda s: s)
-    fields = tuple(c.field for c in captured if c.field is not None)
+    held = tuple(c.field for c in captured if c.field is not None)
     if double and widths is not None and k > 1:  # k = 1: the single-buffered loop, 2 passes
-        return _double(step, k, widths, every, look, transport, takes_params, fields, sides)
+        return _double(step, k, widths, every, look, transport, takes_params, held, sides)
 
     def body(params):
         return step_fn(step, _given(params, takes_params))
 
     def loop(a, count, params, segment, ready=False):
         if not ready:  # params and constants extended once, outside the loop
-            with loop_inputs(params, fields, widths, k) as params:
+            with loop_inputs(params, held, widths, k, inputs) as params:
                 return loop(a, count, params, segment, True)
-        many = group(body(params), widths, k, sides)
-        single = group(body(params), widths, 1, sides)
+        many = group(body(params), widths, k, sides, fields)
+        single = group(body(params), widths, 1, sides, fields)
         a, first = _segments(many, count // k, a, segment)
         a = _fori(first, count // k, many, a)
         return _fori(0, count % k, single, a) if k > 1 else a  # k = 1: no remainder
@@ -205,8 +209,8 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
 
     if every is None:
         carried = Carried(blocks, lambda a, count, params: loop(a, count, params, None, True),
-                          physical, functools.partial(loop_inputs, fields=fields, widths=widths,
-                                                      k=k),
+                          physical, functools.partial(loop_inputs, fields=held, widths=widths,
+                                                      k=k, inputs=inputs),
                           lambda a: (a, physical(a)))  # fmt: skip
         return Program(same, _Counted(jax.jit(advance, donate_argnums=0)), same, inline, carried)
 
@@ -383,9 +387,10 @@ def compiled(step: Callable, state: State, steps_per_exchange: int | str = AUTO)
 
 
 def _sides(how: Plan) -> dict:
-    """``sides=`` for :func:`program` where the plan has them: a symmetric plan calls it as
-    before, so its cache key (and compiled program) is the one it always was."""
-    return {} if how.sides is None else {"sides": how.sides}
+    """``sides=``, ``fields=`` and ``inputs=`` for :func:`program` where the plan has them: a
+    symmetric plan calls it as before, so its cache key (and compiled program) is the one it
+    always was."""
+    return ({} if how.sides is None else {"sides": how.sides}) | how.frames
 
 
 def _convert(form: Callable, state: State) -> State:

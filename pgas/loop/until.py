@@ -42,7 +42,7 @@ from pgas.loop import kept
 from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
-from pgas.loop.timeloop import _check_params, captured, program
+from pgas.loop.timeloop import _check_params, _sides, captured, program
 
 __all__ = [
     "run_until",
@@ -163,15 +163,17 @@ def _call(converged: Callable, state, params):
 @functools.lru_cache(maxsize=64)
 def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, every: int,
           max_steps: int, takes_params: bool, keys: tuple = (),
-          sides: tuple | None = None) -> Callable:  # fmt: skip
+          frames: tuple = ()) -> Callable:  # fmt: skip
     """The traceable while loop: ``loop(state, params) -> (state, steps, done)``.
 
     Each iteration runs ``every`` steps (a static count: the double-buffered loop of
     :func:`pgas.run` needs its parity) and one check; the ``max_steps % every`` steps
     left, if any, run after the loop unless it converged, then one last check.
+    ``frames``: the plan's ``sides``, ``fields`` and ``inputs`` for :func:`program`, as
+    sorted ``(name, value)`` pairs.
     """
     form = program(step, k, widths, None, None, double, None, takes_params, keys,
-                   **({} if sides is None else {"sides": sides})).carried  # fmt: skip
+                   **dict(frames)).carried  # fmt: skip
 
     def check(s, given):
         """``(s, done)``: the carried state (its halo refreshed) and whether it converged."""
@@ -306,7 +308,8 @@ def run_until(
     _check_converged(converged, state, params)
     keys = captured(step) + captured(converged)
     loop = _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
-                 int(max_steps), params is not None, keys, how.sides)  # fmt: skip
+                 int(max_steps), params is not None, keys,
+                 tuple(sorted(_sides(how).items())))  # fmt: skip
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in jax.tree.leaves((state, params)))  # fmt: skip
     if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
