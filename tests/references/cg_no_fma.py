@@ -10,26 +10,33 @@ import jax
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "mpi_scripts")]
-jax.config.update("jax_enable_x64", True)
 
-import pgas  # noqa: E402
 
-pgas.use_cpu_devices(4)
-import test_until_backends as t  # noqa: E402
-import until_cases as uc  # noqa: E402
+def main() -> None:
+    sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "mpi_scripts")]
+    jax.config.update("jax_enable_x64", True)
 
-from pgas.references import explicit  # noqa: E402
+    import pgas
 
-out = []
-for shape in [(2, 2), (3, 1)]:
-    mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=shape[0] * shape[1])
-    runs = {"auto": pgas.run_until(t.cg_global, t.cg_state(mesh),
-                                   lambda s: s["rr"] < uc.CG_STOP, 200),
-            "explicit": explicit.run_until(uc.cg_kernel, t.cg_state(mesh), uc.cg_converged,
-                                           200)}  # fmt: skip
-    for name, r in runs.items():
-        out.append({"name": f"{name} {shape}", "steps": r.steps_taken,
-                    "rr": float(r.state["rr"]),
-                    "x_bits": np.asarray(r.state["x"].to_numpy()).tobytes().hex()})  # fmt: skip
-print(json.dumps(out))
+    pgas.use_cpu_devices(4)
+    import test_until_backends as t
+    import until_cases as uc
+
+    from pgas.references import explicit
+
+    out = []
+    for shape in [(2, 2), (3, 1)]:
+        mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=shape[0] * shape[1])
+        runs = {"auto": pgas.run_until(t.cg_global, t.cg_state(mesh),
+                                       lambda s: s["rr"] < uc.CG_STOP, 200),
+                "explicit": explicit.run_until(uc.cg_kernel, t.cg_state(mesh), uc.cg_converged,
+                                               200)}  # fmt: skip
+        for name, r in runs.items():
+            out.append({"name": f"{name} {shape}", "steps": r.steps_taken,
+                        "rr": float(r.state["rr"]),
+                        "x_bits": np.asarray(r.state["x"].to_numpy()).tobytes().hex()})  # fmt: skip
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":  # a script: importing it (pytest's doctest collection) runs nothing
+    main()
