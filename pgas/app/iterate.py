@@ -28,23 +28,24 @@ from pgas.app.platform import Session
 from pgas.app.problem import Problem
 from pgas.app.results import Result
 from pgas.errors import PgasError
+from pgas.loop.until import CHECK_COST_STEPS
 
 __all__ = ["run", "check_every", "CHECK_EVERY"]
 
 #: steps between tests of an iterative problem whose ``check_every`` is ``"auto"``: the
 #: same on every backend (each lowers its ``k`` to divide it), so all take the same steps
-CHECK_EVERY = 16
+CHECK_EVERY = CHECK_COST_STEPS
 
 
 def check_every(problem: Problem) -> int:
     """Steps between tests for every backend: the problem's, or :data:`CHECK_EVERY`.
 
-    ``pgas.run_until``'s own ``"auto"`` rounds 16 to the backend's ``k``, which
+    ``pgas.run_until``'s own ``"auto"`` rounds 64 to the backend's ``k``, which
     may differ between backends; decided here once, every backend tests at the
     same steps.
 
     >>> check_every(demo()), CHECK_EVERY
-    (2, 16)
+    (2, 64)
     """
     return CHECK_EVERY if problem.check_every == "auto" else int(problem.check_every)
 

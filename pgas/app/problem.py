@@ -65,7 +65,7 @@ class Problem:
         local_converged: the same test on a block, for the explicit and MPI
             paths: ``local_converged(e, reduce)`` (``(e, b, reduce)`` with
             ``params``), see :func:`pgas.explicit.run_until`.
-        check_every: steps between tests (an int >= 1, or ``"auto"``: 16 on every
+        check_every: steps between tests (an int >= 1, or ``"auto"``: 64 on every
             backend, :func:`pgas.app.iterate.check_every`).
 
     >>> p = Problem("demo", (8,), "float32", lambda i: i * 1.0, lambda u: u, lambda e: e,

@@ -54,7 +54,10 @@ __all__ = [
 ]
 
 State = Any
-CHECK_COST_STEPS = 16  # steps per check so that a check (about one step) costs ~6% of a run
+#: steps per check of ``check_every="auto"``: a check (a halo refresh, a pass over the fields,
+#: an all-reduce that synchronises every device) costs a few steps, a few % of 64
+#: (benchmarks/README.md, "Iterative solvers")
+CHECK_COST_STEPS = 64
 
 
 class NonConvergenceWarning(UserWarning):
@@ -102,7 +105,7 @@ def choose_check_every(requested: int | str, k: int, reductions: bool) -> tuple[
 
     >>> every, note = choose_check_every("auto", 4, False)
     >>> every, note[:38]
-    (16, 'check_every = 16: a check costs about ')
+    (64, 'check_every = 64: a check costs a few ')
     >>> choose_check_every("auto", 1, True)[0], choose_check_every(5, 1, False)[0]
     (1, 5)
     """
@@ -112,9 +115,9 @@ def choose_check_every(requested: int | str, k: int, reductions: bool) -> tuple[
         return 1, ("check_every = 1: the step computes a reduction, so it synchronises every "
                    "step anyway and a check adds one scalar all-reduce")  # fmt: skip
     every = k * max(1, math.ceil(CHECK_COST_STEPS / k))
-    return every, (f"check_every = {every}: a check costs about a step (a pass over a field "
-                   f"and one scalar all-reduce, the model's estimate), so one check per "
-                   f"{every} steps")  # fmt: skip
+    return every, (f"check_every = {every}: a check costs a few steps (a halo refresh, a pass "
+                   f"over the fields and one synchronising scalar all-reduce), so one check per "
+                   f"{every} steps (a multiple of k = {k}) keeps it to a few %")  # fmt: skip
 
 
 def _is_int(value) -> bool:
