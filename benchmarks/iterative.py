@@ -82,7 +82,9 @@ def main(argv=None) -> dict:
         return out
 
     def fixed():
-        pgas.run(P.jacobi, field(np.zeros_like(b)), args.sweeps, params=bf).data.block_until_ready()
+        pgas.run(
+            P.jacobi, field(np.zeros_like(b)), args.sweeps, params=bf, donate=True
+        ).data.block_until_ready()  # a fresh state, as run_until's
 
     info = until()
     t_until = median_seconds(until, args.repeats, warm_up=True)
