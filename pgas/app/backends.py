@@ -57,7 +57,7 @@ class Backend(abc.ABC):
     launched: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def plan(self, problem: Problem, u, requested: int | str, *, handover: bool = False) -> Plan:
+    def plan(self, problem: Problem, u, requested: int | str) -> Plan:
         """How a run of ``problem`` from the state ``u`` will be compiled, and why.
 
         Args:
@@ -65,8 +65,6 @@ class Backend(abc.ABC):
             u: its state (a :class:`pgas.GlobalArray`; ``None`` on :class:`Mpi`, whose
                 ranks build their own blocks).
             requested: ``k``, steps per exchange (an int >= 1 or ``"auto"``).
-            handover: the run hands its state over between chunks (a callback), so
-                the loop keeps the user's form (single-buffered).
         """
 
     @abc.abstractmethod
@@ -115,11 +113,10 @@ class Auto(Backend):
 
     name = "auto"
 
-    def plan(self, problem, u, requested, *, handover=False):
+    def plan(self, problem, u, requested):
         from pgas.loop.plan import plan
 
-        # a run that hands its state over keeps the user's form: single-buffered
-        return plan(problem.step, u, requested, double=False if handover else None)
+        return plan(problem.step, u, requested)
 
     def run(self, problem, u, steps, plan, *, chunk=None, callback=None):
         from pgas.loop.timeloop import run
@@ -146,7 +143,7 @@ class Explicit(Backend):
 
     name = "explicit"
 
-    def plan(self, problem, u, requested, *, handover=False):
+    def plan(self, problem, u, requested):
         from pgas.references import explicit
 
         return explicit.plan(u, problem.halo, requested)
@@ -197,7 +194,7 @@ class Mpi(Backend):
     name = "mpi"
     launched = True
 
-    def plan(self, problem, u, requested, *, handover=False):
+    def plan(self, problem, u, requested):
         from pgas.references import mpi
 
         return mpi.plan(problem.shape, problem.halo, mpi.MPI.COMM_WORLD.size, requested)

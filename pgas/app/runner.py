@@ -2,10 +2,8 @@
 
 :func:`run` takes a problem and its :class:`~pgas.app.options.RunOptions`,
 asks the backend (:mod:`pgas.app.backends`: ``auto``, ``explicit`` or ``mpi``)
-for the run's plan once, and runs that plan. The plan is made after
-everything it depends on is known (whether the run hands its state over
-between chunks for snapshots, checkpoints or a progress bar), so the ``k``
-in the :class:`~pgas.app.results.Result` is the ``k`` that ran.
+for the run's plan once, and runs that plan, so the ``k`` in the
+:class:`~pgas.app.results.Result` is the ``k`` that ran.
 
 The runner does the rest, the same for every problem: it builds or restores
 the state, compiles first (a warm-up run of the same program), times the
@@ -389,7 +387,7 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
         again = fresh
     left, every, ck_every = opts.steps - start, _snapshot_every(opts), opts.checkpoint_every
     handover = bool(every or ck_every or progress.on)  # a callback between chunks
-    plan = backend.plan(problem, u, opts.steps_per_exchange, handover=handover)
+    plan = backend.plan(problem, u, opts.steps_per_exchange)
     report = backend.comm(problem, u, plan)  # compiles only: the state is not consumed
     attrs = _attrs(problem, opts, backend, session.platform, session.device_kind, mesh.size,
                    jax.process_count(), dict(mesh.shape), plan, start)  # fmt: skip

@@ -23,7 +23,7 @@ explicit and MPI paths through :func:`choose_steps_per_exchange`:
   plus the rims the sub-steps recompute. Deep halos add no pass, only rims,
   and remove ``k - 1`` exchanges out of ``k``: ``k = 16`` for a reach along
   one axis, ``k = 4`` for 2-D and 3-D stencils on large blocks. A
-  single-buffered loop (explicit, MPI, a run with a callback) pays a pass per
+  single-buffered loop (explicit, MPI, a GPU) pays a pass per
   sub-step on top of building the extended block, so 2-D/3-D stencils on
   large blocks keep ``k = 1`` there.
 - On small blocks (at most :data:`SMALL_BLOCK` cells per device) a step costs
@@ -283,8 +283,7 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
         state: a :class:`pgas.GlobalArray` or a pytree of them.
         steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
         double: whether the loop may be double-buffered (default: where the
-            platform has it, :func:`pgas.loop.frames.double_buffered`); ``False``
-            for a run that hands its state over between chunks (a callback).
+            platform has it, :func:`pgas.loop.frames.double_buffered`).
             The plan records the decision (:attr:`Plan.double`).
         params: what :func:`pgas.run` passes as ``step(state, params)`` (``None``:
             ``step(state)``); a read-only :class:`pgas.GlobalArray` in it counts as

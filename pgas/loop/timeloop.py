@@ -609,9 +609,9 @@ def run(
         plan: run this plan (:func:`pgas.loop.plan.plan` of ``step`` on a state
             like this one, made by the caller or a backend) instead of making one:
             what was decided is what runs. Default: ``plan(step, state,
-            steps_per_exchange, double=False if callback else None)``; a run
-            with a callback hands its state over between chunks in the user's
-            form, so it is single-buffered.
+            steps_per_exchange)``. A double-buffered loop keeps its framed
+            buffers between chunks and hands ``callback`` a copy of the state
+            in the user's form.
         remat_every: inside a trace, physical steps per rematerialised segment
             (rounded to whole loop iterations, so segments start on deep-halo
             group boundaries); ``"auto"``: about ``sqrt(steps)``, at least 2
@@ -662,15 +662,7 @@ def run(
     steps = int(steps)
     if steps == 0:
         return state if every is None else (state, None)
-    # with a callback the loop hands its state over between chunks, so it keeps the user's form
-    # (converting every chunk grew the processes' memory with the number of chunks)
-    how = plan or make_plan(step, state, steps_per_exchange,
-                            double=False if callback else None, params=params)  # fmt: skip
-    if callback is not None and how.double:
-        raise PgasError(
-            "plan is double-buffered, but a callback takes the state between chunks in the "
-            "user's form; make the plan with pgas.plan.plan(..., double=False)"
-        )
+    how = plan or make_plan(step, state, steps_per_exchange, params=params)
     extra = (None, params is not None, keys) if params is not None or keys else ()
     prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra,
                    **_sides(how))  # fmt: skip
@@ -686,8 +678,8 @@ def run(
                                             *(() if params is None else (params,)))  # fmt: skip
                 parts.append(snaps)
             done += n
-            if callback is not None:
-                callback(done, state)
+            if callback is not None:  # in the user's form: a copy of the double buffers' cells
+                callback(done, prog.leave(state) if how.double else state)
     except BaseException as err:  # Ctrl-C too: the state so far is worth saving
         kept.attach(err, prog.leave, state, done, steps)
         raise

@@ -63,9 +63,10 @@ def test_the_k_in_the_result_is_the_k_that_ran(every, out, plot, ck, ran, tmp_pa
         checkpoint=str(tmp_path / "ck") if ck else None, checkpoint_every=ck,
     )  # fmt: skip
     r = runner.run(life_problem(), opts, gather=True)
-    handover = bool((every and (out or plot)) or ck)
-    assert set(ran) == {(r.steps_per_exchange, not handover and r.steps_per_exchange > 1)}
-    assert r.steps_per_exchange == (1 if handover else 4)  # the model: 2-D, large block
+    # a run that hands its state over between chunks runs double-buffered too (the callback
+    # gets a copy in the user's form): the same plan with or without callbacks
+    assert set(ran) == {(r.steps_per_exchange, True)}
+    assert r.steps_per_exchange == 4  # the model: 2-D, large block, double-buffered
     g0 = life_problem().init(*np.indices((300, 300)))
     np.testing.assert_array_equal(r.field, life_numpy(g0.astype(np.uint8), 4))
 
@@ -105,8 +106,11 @@ def test_explicit_and_mpi_plans_are_what_their_runs_use():
     assert pgas.mpi.plan((20, 30), 1, (2, 3), 64).steps_per_exchange == 10
 
 
-def test_pgas_run_refuses_a_double_buffered_plan_with_a_callback():
-    u = pgas.from_numpy(np.zeros(2**17, np.float32), pgas.make_mesh(devices=1))
+def test_a_double_buffered_plan_hands_a_callback_the_state_in_the_users_form():
+    """The loop keeps its two framed buffers between chunks; the callback gets a copy of the
+    cells in the user's form (no ghost cells), bitwise NumPy's after every chunk."""
+    x = np.random.default_rng(5).random(2**17).astype(np.float32)
+    u = pgas.from_numpy(x, pgas.make_mesh(devices=1))
 
     def heat(u):
         u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
@@ -114,5 +118,16 @@ def test_pgas_run_refuses_a_double_buffered_plan_with_a_callback():
 
     plan = pgas.plan.plan(heat, u, 4)
     assert plan.double
-    with pytest.raises(PgasError, match=r"plan is double-buffered.*double=False"):
-        pgas.run(heat, u, 4, chunk=2, callback=lambda done, s: None, plan=plan)
+    seen = {}
+
+    def callback(done, s):
+        seen[done] = (s.data.shape, s.to_numpy())
+
+    out = pgas.run(heat, u, 12, chunk=6, plan=plan, callback=callback)
+    want = x.copy()
+    for step in range(1, 13):
+        want[1:-1] = 0.5 * want[1:-1] + 0.25 * (want[:-2] + want[2:])
+        if step in (6, 12):
+            shape, got = seen[step]
+            assert shape == x.shape and got.tobytes() == want.tobytes()  # no ghost cells
+    assert sorted(seen) == [6, 12] and out.to_numpy().tobytes() == want.tobytes()
