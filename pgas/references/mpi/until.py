@@ -193,19 +193,7 @@ def run_until(
             before = reduce.calls
             return bool(check_decision(test(e, reduce), reduce.calls - before))
 
-        grid.comm.Barrier()
-        start = MPI.Wtime()
-        n, done = 0, False
-        while not done and n + every <= max_steps:
-            advance(every)
-            n, done = n + every, check()
-        if not done and max_steps % every:
-            advance(max_steps % every)
-            n, done = n + max_steps % every, check()
-        grid.comm.Barrier()
-        seconds = max(grid.comm.allgather(MPI.Wtime() - start))
-        if not done:
-            warn_not_converged(max_steps, every)
+        n, done, seconds = _iterate(advance, check, every, max_steps, grid.comm)
         if callback is not None:
             callback(n, block.core)
         counts = grid.comm.allgather((counter.messages, counter.bytes))
@@ -329,19 +317,7 @@ def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_ste
         for _ in range(steps):
             state.step(lambda e: kernel(e, *more, reduce), counter)
 
-    grid.comm.Barrier()
-    start = MPI.Wtime()
-    n, done = 0, False
-    while not done and n + every <= max_steps:
-        advance(every)
-        n, done = n + every, check()
-    if not done and max_steps % every:
-        advance(max_steps % every)
-        n, done = n + max_steps % every, check()
-    grid.comm.Barrier()
-    seconds = max(grid.comm.allgather(MPI.Wtime() - start))
-    if not done:
-        warn_not_converged(max_steps, every)
+    n, done, seconds = _iterate(advance, check, every, max_steps, grid.comm)
     cores = state.cores()
     if callback is not None:
         callback(n, cores)
@@ -361,3 +337,24 @@ def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_ste
         ),
         converged=done, check_every=every, allreduces=reduce.calls,
     )  # fmt: skip
+
+
+def _iterate(advance: Callable[[int], None], check: Callable[[], bool], every: int,
+             max_steps: int, comm) -> tuple[int, bool, float]:  # fmt: skip
+    """``every`` steps then a check until it holds or ``max_steps`` is reached (the rest of
+    ``max_steps`` then runs, with a last check); ``(steps, converged, seconds)``, the
+    seconds the slowest rank took, and a warning where it did not converge."""
+    comm.Barrier()
+    start = MPI.Wtime()
+    n, done = 0, False
+    while not done and n + every <= max_steps:
+        advance(every)
+        n, done = n + every, check()
+    if not done and max_steps % every:
+        advance(max_steps % every)
+        n, done = n + max_steps % every, check()
+    comm.Barrier()
+    seconds = max(comm.allgather(MPI.Wtime() - start))
+    if not done:
+        warn_not_converged(max_steps, every)
+    return n, done, seconds
