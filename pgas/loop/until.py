@@ -50,6 +50,7 @@ __all__ = [
     "NonConvergenceWarning",
     "choose_check_every",
     "check_args",
+    "check_state_steps",
     "warn_not_converged",
 ]
 
@@ -140,6 +141,19 @@ def check_args(max_steps, check_every, steps_per_exchange) -> None:
             f"check_every = {check_every} is not a multiple of steps_per_exchange = {k}: a "
             f"check would fall inside a deep-halo group; pick check_every = "
             f"{(check_every // k + 1) * k}, or steps_per_exchange dividing {check_every}"
+        )
+
+
+def check_state_steps(steps_per_exchange) -> None:
+    """Refuse deep halos for a local-view state dict (explicit and MPI), whose kernel reduces.
+
+    >>> check_state_steps("auto")
+    """
+    if steps_per_exchange not in (AUTO, 1):
+        raise PgasError(
+            f"steps_per_exchange = {steps_per_exchange!r} with a state dict: its kernel reduces "
+            f"inside the step (reduce(...)), which needs every cell up to date, so it runs one "
+            f"step per exchange; pass steps_per_exchange=1 or 'auto'"
         )
 
 

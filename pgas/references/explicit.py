@@ -64,6 +64,7 @@ from pgas.loop.until import (
     Until,
     check_args,
     check_decision,
+    check_state_steps,
     choose_check_every,
     warn_not_converged,
 )
@@ -392,7 +393,8 @@ def _param_specs(fields: tuple) -> tuple[PartitionSpec, ...]:
 def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) -> Callable:
     """``call(fn, e, *more)``: ``fn(e, params, *more)`` (``fn(e, *more)`` without params).
 
-    Shared by :func:`program` and :func:`until_program`. Inside ``shard_map``, once per
+    Shared by :func:`program`, :func:`until_program` and :func:`state_until_program` (``e``
+    a state dict: the shape of its fields' blocks). Inside ``shard_map``, once per
     run: each field leaf is extended by the deep halo, ``k`` times ``sides`` (the sides the
     kernel reads, as the state's frame), one exchange; every call hands the kernel the part
     of it around ``e``: ``below`` cells before the block's cells and ``above`` after them,
@@ -413,7 +415,8 @@ def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) ->
         ext.append(x)
 
     def call(fn, e, *more):
-        fitted = [x if lay is None else _fit(x, e.shape, sides, deep)
+        shape = next(v.shape for v in e.values() if v.ndim) if isinstance(e, dict) else e.shape
+        fitted = [x if lay is None else _fit(x, shape, sides, deep)
                   for x, lay in zip(ext, fields)]  # fmt: skip
         return fn(e, jax.tree.unflatten(tree, fitted), *more)
 
@@ -778,18 +781,8 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
 
     def loop(state, *leaves):
         numbers = _block_numbers(first)
-        ext = [_extended(x, lay, widths, numbers) if lay is not None else x
-               for x, lay in zip(leaves, fields)]  # fmt: skip
-        ext = [x.reshape(x.shape[1::2]) if lay is not None else x for x, lay in zip(ext, fields)]
+        call = _given(leaves, tree, fields, first, sides, 1)
         reduce = _reducer(first, window, widths, numbers)
-
-        def call(fn, e, *more):
-            if tree is None:
-                return fn(e, *more)
-            shape = next(e[k].shape for k, lay in zip(keys, layouts) if lay is not None)
-            fitted = [_fit(x, shape, sides, widths) if lay is not None else x
-                      for x, lay in zip(ext, fields)]  # fmt: skip
-            return fn(e, jax.tree.unflatten(tree, fitted), *more)
 
         def extend(values):
             """Each field in blocks form with its halo (``sides`` of it filled)."""
@@ -846,11 +839,8 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
             out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
         return out
 
-    specs = tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
-                  for lay in layouts)  # fmt: skip
-    params = tuple(PartitionSpec(*lay.spec) if lay is not None else PartitionSpec()
-                   for lay in fields)  # fmt: skip
-    sharded = shard_map(loop, mesh=first.mesh, in_specs=(specs, *params),
+    specs = _param_specs(layouts)  # a field's split, a scalar replicated: as for params
+    sharded = shard_map(loop, mesh=first.mesh, in_specs=(specs, *_param_specs(fields)),
                         out_specs=(specs, PartitionSpec(), PartitionSpec()))  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
 
@@ -858,12 +848,7 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
 def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, region, check_every,
                      steps_per_exchange, params) -> Until:  # fmt: skip
     """:func:`run_until` on a state dict of fields and scalars (one step per exchange)."""
-    if steps_per_exchange not in ("auto", 1):
-        raise PgasError(
-            f"steps_per_exchange = {steps_per_exchange!r} with a state dict: its kernel reduces "
-            f"inside the step (reduce(...)), which needs every cell up to date, so it runs one "
-            f"step per exchange; pass steps_per_exchange=1 or 'auto'"
-        )
+    check_state_steps(steps_per_exchange)
     keys, layouts, values, first = _split_state(state)
     tree, leaves, fields = _split_params(params, first)
     every, note = choose_check_every(check_every, 1, True)

@@ -37,7 +37,13 @@ from pgas.errors import PgasError
 from pgas.globalview import reprosum
 from pgas.globalview.reduce import reproducible_kind
 from pgas.grid import schedule
-from pgas.loop.until import check_args, check_decision, choose_check_every, warn_not_converged
+from pgas.loop.until import (
+    check_args,
+    check_decision,
+    check_state_steps,
+    choose_check_every,
+    warn_not_converged,
+)
 from pgas.references.mpi.collectives import gather as gather_to_root
 from pgas.references.mpi.exchange import MessageCounter, exchange, sides_of
 from pgas.references.mpi.loop import RunResult, _Block, _initialize, _setup, _update_bounds, plan
@@ -292,12 +298,7 @@ def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_ste
                      boundary, region, grid, dims, check_every, steps_per_exchange, params,
                      callback, gather) -> RunResult:  # fmt: skip
     """:func:`run_until` on a state dict of fields and scalars (one step per exchange)."""
-    if steps_per_exchange not in ("auto", 1):
-        raise PgasError(
-            f"steps_per_exchange = {steps_per_exchange!r} with a state dict: its kernel reduces "
-            f"inside the step (reduce(...)), which needs every cell up to date, so it runs one "
-            f"step per exchange; pass steps_per_exchange=1 or 'auto'"
-        )
+    check_state_steps(steps_per_exchange)
     grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
     how = plan(global_shape, halo, grid.dims, 1)
     every, _ = choose_check_every(check_every, 1, True)
