@@ -64,3 +64,15 @@ def advect_diffuse(u):  # upwind along axis 0, centred along axis 1
     c = u[1:, 1:-1]
     u[1:, 1:-1] = c - 0.25 * (c - u[:-1, 1:-1]) + 0.125 * (u[1:, :-2] - 2 * c + u[1:, 2:])
     return u
+
+
+def cg(s):
+    """One CG iteration for -lap(x) = b (5-point, walls fixed at zero) in the global view."""
+    x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
+    ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
+    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap)
+    x[1:-1, 1:-1] = x[1:-1, 1:-1] + alpha * p[1:-1, 1:-1]
+    r[1:-1, 1:-1] = r[1:-1, 1:-1] - alpha * ap
+    new = pgas.sum(r * r)
+    p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
+    return {"x": x, "r": r, "p": p, "rr": new}

@@ -102,7 +102,7 @@ def _exponents(amax, size: int, dtype, xp):
     _, e = xp.frexp(xp.where(finite, amax, xp.asarray(1, amax.dtype)))
     top = finfo.maxexp - 2 - _level(size, dtype)  # e_1 = E + L stays below maxexp - 1
     shift = xp.maximum(e - top, 0)
-    return e - shift, shift, finite
+    return e - shift, shift
 
 
 def lanes(values, amax, size: int, xp):
@@ -125,7 +125,7 @@ def lanes(values, amax, size: int, xp):
     """
     dtype = values.dtype
     p, level = np.finfo(dtype).nmant + 1, _level(size, dtype)
-    e, shift, _ = _exponents(xp.asarray(amax, dtype), size, dtype, xp)
+    e, shift = _exponents(xp.asarray(amax, dtype), size, dtype, xp)
     one = xp.asarray(1, dtype)
     rest = xp.where(xp.isfinite(values), values, xp.asarray(0, dtype))
     rest = rest * xp.ldexp(one, -shift)  # exact: a power of two (1 unless huge)
@@ -151,7 +151,7 @@ def combine(summed, amax, size: int, xp):
     1.0
     """
     dtype = summed.dtype
-    _, shift, _ = _exponents(xp.asarray(amax, dtype), size, dtype, xp)
+    _, shift = _exponents(xp.asarray(amax, dtype), size, dtype, xp)
     k = folds(dtype)
     total = summed[0]
     for j in range(1, k):

@@ -4,38 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import cg_steps_numpy
+from stencils import cg
 
 import pgas
 from pgas.loop.report import parse_collectives
 from pgas.loop.timeloop import compiled
-
-
-def cg_step(s):
-    """One CG iteration for -lap(x) = b (5-point, walls fixed at zero) in the global view."""
-    x, r, p, rr = s["x"], s["r"], s["p"], s["rr"]
-    ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
-    alpha = rr / pgas.sum(p[1:-1, 1:-1] * ap)
-    x[1:-1, 1:-1] = x[1:-1, 1:-1] + alpha * p[1:-1, 1:-1]
-    r[1:-1, 1:-1] = r[1:-1, 1:-1] - alpha * ap
-    new = pgas.sum(r * r)
-    p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
-    return {"x": x, "r": r, "p": p, "rr": new}
-
-
-def cg_numpy(b: np.ndarray, steps: int):
-    """The same iterations in NumPy: x, r and r.r after ``steps``."""
-    x, r = np.zeros_like(b), b.copy()
-    r[0, :] = r[-1, :] = r[:, 0] = r[:, -1] = 0
-    p, rr = r.copy(), (r * r).sum()
-    for _ in range(steps):
-        ap = 4 * p[1:-1, 1:-1] - (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:])
-        alpha = rr / (p[1:-1, 1:-1] * ap).sum()
-        x[1:-1, 1:-1] += alpha * p[1:-1, 1:-1]
-        r[1:-1, 1:-1] -= alpha * ap
-        new = (r * r).sum()
-        p[1:-1, 1:-1] = r[1:-1, 1:-1] + (new / rr) * p[1:-1, 1:-1]
-        rr = new
-    return x, r, rr
 
 
 def cg_state(b: np.ndarray, mesh):
@@ -50,8 +24,8 @@ def cg_state(b: np.ndarray, mesh):
 def test_cg_with_scalars_in_the_state_matches_numpy(devices, shape):
     b = np.random.default_rng(23).random((13, 11))  # uneven over every mesh
     mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
-    out = pgas.run(cg_step, cg_state(b, mesh), 12)
-    x, r, rr = cg_numpy(b, 12)
+    out = pgas.run(cg, cg_state(b, mesh), 12)
+    x, r, rr = cg_steps_numpy(b, 12)
     assert out["rr"].shape == () and out["rr"].dtype == np.float64
     # sums over the grid run in another order than NumPy's: close, not bitwise
     np.testing.assert_allclose(out["x"].to_numpy(), x, rtol=1e-9, atol=1e-12)
@@ -62,10 +36,10 @@ def test_reductions_run_at_one_step_per_exchange_and_are_counted():
     b = np.random.default_rng(5).random((13, 11))
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     state = cg_state(b, mesh)
-    how = pgas.plan.plan(cg_step, state)
+    how = pgas.plan.plan(cg, state)
     assert how.steps_per_exchange == 1 and not how.double
     assert "reduction" in how.note
-    report = pgas.comm_report(cg_step, state, loop=True)
+    report = pgas.comm_report(cg, state, loop=True)
     assert report.count("all-reduce") == 2  # p.Ap and r.r: one all-reduce of a scalar each
     assert all(c.bytes == 8 for c in report.per_step if c.kind == "all-reduce")
     assert report.count("all-gather") == 0
@@ -75,11 +49,11 @@ def test_compiled_loop_has_one_all_reduce_per_reduction():
     b = np.random.default_rng(6).random((12, 12))
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     state = cg_state(b, mesh)
-    hlo = compiled(cg_step, state).as_text()  # the program pgas.run runs
+    hlo = compiled(cg, state).as_text()  # the program pgas.run runs
     found = parse_collectives(hlo, loop=True)
     assert hlo.count(" while(") == 1  # k = 1: one loop, no remainder
     assert [c.per_step for c in found if c.kind == "all-reduce"] == [True, True]
-    traced = jax.jit(lambda s, n: pgas.run(cg_step, s, n)).lower(state, 5).compile().as_text()
+    traced = jax.jit(lambda s, n: pgas.run(cg, s, n)).lower(state, 5).compile().as_text()
     assert traced.count(" all-reduce(") == 2 and traced.count(" while(") == 1
 
 

@@ -268,14 +268,20 @@ def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
 
 
 # ---- 4. params ---------------------------------------------------------------------------
-def test_new_params_reuse_the_compiled_program():
-    compiles = []
+@pytest.fixture
+def compiles():
+    """The XLA compilations of this test so far (their durations), from JAX's monitoring."""
+    seen = []
 
     def listen(event, secs, **kwargs):
         if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(secs)
+            seen.append(secs)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
+    return seen
+
+
+def test_new_params_reuse_the_compiled_program(compiles):
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     rng = np.random.default_rng(6)
     x0, k0 = rng.random((14, 11)), 0.05 + 0.1 * rng.random((14, 11))
@@ -372,18 +378,11 @@ def permutes_per_computation(hlo: str) -> dict[str, int]:
     return counts
 
 
-def test_explicit_run_takes_the_params_of_run_until_without_compiling():
+def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
     """A scalar and a read-only field: bitwise the automatic path's, the field's halo
     exchanged once per run (outside the loop), a new value runs the compiled program."""
     from pgas.references import explicit
 
-    compiles = []
-
-    def listen(event, secs, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(secs)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     rng = np.random.default_rng(9)
     x0, k0 = rng.random((14, 11)), 0.05 + 0.1 * rng.random((14, 11))
