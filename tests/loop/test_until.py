@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import jacobi_numpy
-from loop.test_scalars import cg_numpy, cg_state, cg_step
+from helpers import cg_steps_numpy, jacobi_numpy
+from loop.test_scalars import cg_state
+from stencils import cg as cg_step
 
 import pgas
 
@@ -61,9 +62,9 @@ def test_cg_until_converged_same_iterations_as_numpy(devices, shape):
         warnings.simplefilter("error")
         out = pgas.run_until(cg_step, state, lambda s: s["rr"] < tol, 500)
     assert out.check_every == 1 and "reduction" in out.note
-    n = next(i for i in range(1, 500) if cg_numpy(b, i)[2] < tol)
+    n = next(i for i in range(1, 500) if cg_steps_numpy(b, i)[2] < tol)
     assert abs(out.steps_taken - n) <= 2  # sums in another order: within 2 iterations
-    x = cg_numpy(b, out.steps_taken)[0]
+    x = cg_steps_numpy(b, out.steps_taken)[0]
     np.testing.assert_allclose(out.state["x"].to_numpy(), x, rtol=1e-8, atol=1e-12)
 
 
