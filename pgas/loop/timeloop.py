@@ -43,6 +43,8 @@ traced. Reverse mode uses rematerialised segments (:func:`_segments`): a scan
 over segments of about ``sqrt(steps)`` steps, each under ``jax.checkpoint``, so
 the state is stored at segment boundaries only and one segment at a time is
 recomputed: about ``2 sqrt(steps)`` stored states for one extra forward pass.
+The loop's derivative is that of the same loop with loop-invariant masks
+(:func:`_differentiable`), so nothing per step is stored for a linear step.
 This two-level schedule, rather than a binomial (treeverse) one, because it
 is two nested ``lax.scan``s XLA compiles as loops, keeps every segment on
 deep-halo group boundaries (a group replays whole), and its memory was
@@ -181,12 +183,12 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
     def body(params):
         return step_fn(step, _given(params, takes_params))
 
-    def loop(a, count, params, segment, ready=False):
+    def loop(a, count, params, segment, ready=False, tied=True):
         if not ready:  # params and constants extended once, outside the loop
             with loop_inputs(params, held, widths, k, inputs) as params:
-                return loop(a, count, params, segment, True)
-        many = group(body(params), widths, k, sides, fields)
-        single = group(body(params), widths, 1, sides, fields)
+                return loop(a, count, params, segment, True, tied)
+        many = _tie(group(body(params), widths, k, sides, fields), tied)
+        single = _tie(group(body(params), widths, 1, sides, fields), tied)
         a, first = _segments(many, count // k, a, segment)
         a = _fori(first, count // k, many, a)
         return _fori(0, count % k, single, a) if k > 1 else a  # k = 1: no remainder
@@ -197,12 +199,12 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
     def same(state):
         return state
 
-    def inline(state, count, params, segment):
+    def inline(state, count, params, segment, tied=True):
         if every is None:
-            return physical(loop(blocks(state), count, params, segment))
+            return physical(loop(blocks(state), count, params, segment, tied=tied))
 
         def chunk(s, _):
-            s = physical(loop(blocks(s), every, params, segment))
+            s = physical(loop(blocks(s), every, params, segment, tied=tied))
             return s, look(s)
 
         return jax.lax.scan(chunk, state, None, length=count // every)
@@ -223,6 +225,22 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
 
     run = jax.jit(snapshots, donate_argnums=0, static_argnums=1)
     return Program(same, run, same, inline)
+
+
+def _tie(group: Callable, tied: bool) -> Callable:
+    """``group(state, counter)``, its masks tied to the loop counter or not.
+
+    Tied (every loop that runs forward): each group builds its masks on an
+    anchor that depends on the counter (:func:`pgas.globalview.lower.anchor_of`),
+    so XLA fuses them into the stencil instead of hoisting them as arrays read
+    every step. Untied (the loop a derivative differentiates, see
+    :func:`_differentiable`): the masks are loop-invariant, so reverse mode
+    computes each once before the loop instead of storing one per step as a
+    residual for the transpose (a block-sized predicate per step: the stored
+    masks and their reads were half the reverse pass's time at k = 1,
+    benchmarks/README.md). The results are the same bits.
+    """
+    return group if tied else (lambda state, counter=None: group(state))
 
 
 def _given(params, takes: bool):
@@ -284,16 +302,16 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         return jax.tree.map(lambda g: GlobalArray(jnp.zeros_like(g.data), g.layout, g.ext),
                             state, is_leaf=lambda x: isinstance(x, GlobalArray))  # fmt: skip
 
-    def loop(state, count, params, segment, odd: bool, ready=False):
+    def loop(state, count, params, segment, odd: bool, ready=False, tied=True):
         """``count`` steps on the extended state (``odd``: ``count`` is odd): the latest
         buffer (the spare is made here, so a caller hands on one buffer); ``ready``: the
-        params come from :func:`loop_inputs` already."""
+        params come from :func:`loop_inputs` already; ``tied``: see :func:`_tie`."""
         if not ready:
             with loop_inputs(params, fields, widths, k) as params:
-                return loop(state, count, params, segment, odd, True)
+                return loop(state, count, params, segment, odd, True, tied)
         body = step_fn(step, _given(params, takes_params))
-        many = double_group(body, widths, k, transport, sides)
-        single = double_group(body, widths, 1, transport, sides)
+        many = _tie(double_group(body, widths, k, transport, sides), tied)
+        single = _tie(double_group(body, widths, 1, transport, sides), tied)
 
         def iteration(pair, i):
             for j in range(pairs):  # each group its own anchor, so no mask is shared (and stored)
@@ -311,12 +329,13 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
 
     enter, leave = jax.jit(lambda state: framed(state, halo)), jax.jit(physical)
 
-    def inline(state, count, params, segment):
+    def inline(state, count, params, segment, tied=True):
         if every is None:
-            return physical(loop(framed(state, halo), count, params, segment, count % 2 == 1))
+            return physical(loop(framed(state, halo), count, params, segment, count % 2 == 1,
+                                 tied=tied))  # fmt: skip
 
         def chunk(s, _):
-            s = loop(s, every, params, segment, every % 2 == 1)
+            s = loop(s, every, params, segment, every % 2 == 1, tied=tied)
             return s, look(physical(s))
 
         s, snaps = jax.lax.scan(chunk, framed(state, halo), None, length=count // every)
@@ -716,4 +735,38 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     held = tuple(c for c in keys if not isinstance(c.obj, jax.core.Tracer))
     prog = program(step, k, how.widths, every, observe, how.double, None, params is not None,
                    held, **_sides(how))  # fmt: skip
-    return prog.inline(state, steps, params, _segment(remat_every, steps, unit))
+    return _differentiable(prog.inline, state, steps, params, _segment(remat_every, steps, unit))
+
+
+def _differentiable(inline: Callable, state, steps, params, segment):
+    """``inline(state, steps, params, segment, tied)``: the tied loop, and the untied one's
+    derivative (see :func:`_tie`).
+
+    A ``jax.custom_jvp`` whose primal is the loop with its masks tied to the
+    counter (as fast as the standalone run under ``jit``) and whose rule is the
+    ``jvp`` of the same loop untied, so that forward and reverse mode see
+    loop-invariant masks: reverse mode computes them once rather than storing
+    one per step. Both give the same bits. Values the step reads from the
+    enclosing scope (a coefficient the caller differentiates) cross the
+    boundary as arguments (``jax.closure_convert``), so their derivatives are
+    kept; ``steps`` stays as the caller gave it (a static count, or a traced one
+    for forward use).
+    """
+
+    def loop(tied: bool) -> Callable:
+        return lambda s, p: inline(s, steps, p, segment, tied)
+
+    tied, consts = jax.closure_convert(loop(True), state, params)
+    untied, others = jax.closure_convert(loop(False), state, params)
+    n = len(consts)
+
+    @jax.custom_jvp
+    def run(s, p, *cs):
+        return tied(s, p, *cs[:n])
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        (s, p, *cs), (ds, dp, *dcs) = primals, tangents
+        return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
+
+    return run(state, params, *consts, *others)
