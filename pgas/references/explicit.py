@@ -57,6 +57,7 @@ from pgas.globalview.view import normalize_index
 from pgas.grid.decomposition import halo_sides
 from pgas.grid.layout import Layout
 from pgas.grid.mesh import platform_of
+from pgas.grid.schedule import check_steps
 from pgas.loop.frames import hold
 from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
 from pgas.loop.report import CommReport, compiled_report, exchanges_of
@@ -453,19 +454,29 @@ def region_key(region) -> tuple | None:
 
 def run(
     kernel: Kernel,
-    u: GlobalArray,
+    u: GlobalArray | dict,
     steps: int,
     halo: Halo = 1,
     region=None,
     steps_per_exchange: int | str = "auto",
     params=None,
-) -> GlobalArray:
+) -> GlobalArray | dict:
     """Run ``steps`` explicit steps as one compiled ``shard_map`` + ``fori_loop`` program.
 
+    A state dict (conjugate gradients for a fixed number of iterations): ``u``
+    may be a dict of :class:`pgas.GlobalArray` fields split alike and 0-d
+    scalars, with the kernel of :func:`run_until`'s state dicts,
+    ``kernel(e, reduce)`` (``kernel(e, p, reduce)`` with ``params``) returning
+    a dict of the same keys; one step per exchange (``k = 1``). The new state
+    dict is bitwise equal to the state of :func:`run_until` with the same
+    kernel after the same number of steps (one step program serves both).
+
     Args:
-        kernel: local kernel (see the module docstring).
-        u: the field (its buffer is donated; use the result).
-        steps: number of steps.
+        kernel: local kernel (see the module docstring); ``kernel(e, reduce)`` for a
+            state dict (:func:`run_until`).
+        u: the field (its buffer is donated; use the result), or a state dict (its
+            buffers donated too).
+        steps: number of steps (>= 0).
         halo: halo width per axis (an int for all), or per side: a ``(below, above)``
             pair per axis (``((1, 0),)`` for an upwind kernel ``e[1:] - c * (e[1:] -
             e[:-1])``); only the sides read are exchanged.
@@ -482,12 +493,30 @@ def run(
             ``e``. All are arguments of the compiled program: a new value does
             not compile.
 
+    Returns:
+        The new field, or the new state dict (its fields ``GlobalArray``, its scalars 0-d
+        arrays).
+
+    Raises:
+        PgasError: a bad ``steps`` or ``params``; for a state dict, a bad leaf, a kernel
+            that returns other keys or shapes, or ``steps_per_exchange`` other than 1.
+
     >>> import numpy as np, pgas
     >>> mesh = pgas.make_mesh(devices=1)
     >>> u = pgas.from_numpy(np.array([0.0, 4.0, 0.0]), mesh, boundary=pgas.Keep())
     >>> run(lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:]), u, 2).to_numpy()
     array([0., 1., 0.])
+    >>> def halve(e, reduce):                 # a field and a reduced scalar
+    ...     u = 0.5 * e["u"][1:-1]
+    ...     return {"u": u, "total": reduce(u, reproducible=True)}
+    >>> out = run(halve, {"u": pgas.from_numpy(np.full(4, 8.0), mesh), "total": 32.0}, 3)
+    >>> out["u"].to_numpy(), float(out["total"])
+    (array([1., 1., 1., 1.]), 4.0)
     """
+    if not isinstance(steps, jax.core.Tracer):  # a traced count (inside jax.jit) runs as given
+        steps = check_steps(steps)
+    if isinstance(u, dict):
+        return _run_state(kernel, u, steps, halo, region, steps_per_exchange, params)
     tree, leaves, fields = _split_params(params, u.layout)
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
     compiled = program(kernel, u.layout, _key(u.layout, halo), region_key(region), k, tree,
@@ -630,7 +659,7 @@ def run_until(
     automatic path) and ``check_every="auto"`` is 1; ``converged(e, reduce)``
     gets the same dict and may read a scalar the step reduced (``e['rr'] <
     tol``) without reducing again. ``reduce`` covers the cells the first field
-    writes.
+    writes. :func:`run` takes the same state dict for a fixed number of steps.
 
     Args:
         kernel: local kernel (module docstring); ``kernel(e, p)`` with ``params``;
@@ -759,6 +788,89 @@ def _check_new(new, keys: tuple, layouts: tuple, blocks: dict, want: tuple) -> N
             check_dtype(np.dtype(new[key].dtype), np.dtype(blocks[key].dtype), False)
 
 
+class _StateStep:
+    """One step of a state dict inside ``shard_map``, one exchange of each field's halo: the
+    kernel on the view (each field's block with its halo, each scalar), then each field's
+    cells merged (the update region's) and each scalar cast to its dtype.
+
+    Built once per program by :func:`state_program` (a fixed number of steps) and
+    :func:`state_until_program` (a ``while`` loop); ``leaves``, ``tree`` and ``fields`` are
+    ``params`` as in :func:`until_program`.
+    """
+
+    def __init__(self, kernel: Callable, keys: tuple, layouts: tuple, widths: tuple,
+                 region_key, leaves, tree, fields: tuple) -> None:  # fmt: skip
+        region = None if region_key is None else tuple(slice(*r) for r in region_key)
+        first = next(lay for lay in layouts if lay is not None)
+        self.window = normalize_index(region if region is not None else (), first.shape)
+        if not all(self.window.kept):
+            raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
+        self.sides = halo_sides(widths, first.ndim)
+        self.widths = tuple(max(p) for p in self.sides)
+        self.kernel, self.keys, self.layouts = kernel, keys, layouts
+        self.numbers = _block_numbers(first)
+        self.call = _given(leaves, tree, fields, first, self.sides, 1)
+        self.reduce = _reducer(first, self.window, self.widths, self.numbers)
+
+    def _blocks(self, values) -> dict:
+        """Each field in blocks form with its halo (only ``sides`` of it filled)."""
+        fill = _asymmetric(self.sides)
+        return {k: v if lay is None else _extended(v, lay, self.widths, self.numbers, fill)
+                for k, v, lay in zip(self.keys, values, self.layouts)}  # fmt: skip
+
+    def _seen(self, blocks: dict) -> dict:
+        """The kernel's view of ``blocks``: each field's block with its halo, the scalars."""
+        out = {}
+        for k, lay in zip(self.keys, self.layouts):
+            x = blocks[k]
+            if lay is not None:
+                x = _inside(x, self.widths, self.sides, (0,) * lay.ndim)
+                x = x.reshape(x.shape[1::2])
+            out[k] = x
+        return out
+
+    def view(self, values) -> dict:
+        """What a check reads: the view of ``values`` (each field's halo exchanged)."""
+        return self._seen(self._blocks(values))
+
+    def __call__(self, values: tuple) -> tuple:
+        """The state leaves one step later."""
+        blocks = self._blocks(values)
+        new = self.call(self.kernel, self._seen(blocks), self.reduce)
+        want = next(v.shape for v, lay in zip(values, self.layouts) if lay is not None)
+        _check_new(new, self.keys, self.layouts, dict(zip(self.keys, values)), want)
+        out = []
+        for k, v, lay in zip(self.keys, values, self.layouts):
+            if lay is None:
+                out.append(jnp.asarray(new[k]).astype(v.dtype))
+                continue
+            zero = (0,) * lay.ndim
+            merged = _merge(blocks[k], new[k], lay, self.window, self.widths, self.widths, zero,
+                            self.numbers, None)  # fmt: skip
+            out.append(merged.reshape(v.shape))
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=32)
+def state_program(kernel: Callable, keys: tuple, layouts: tuple, widths: tuple, region_key,
+                  tree=None, fields: tuple = ()) -> Callable:  # fmt: skip
+    """The compiled program of :func:`run` on a state dict:
+    ``(state leaves, steps, *params) -> state leaves``, one step per exchange.
+
+    Arguments as :func:`state_until_program`'s.
+    """
+
+    def loop(state, n, *leaves):
+        step = _StateStep(kernel, keys, layouts, widths, region_key, leaves, tree, fields)
+        return jax.lax.fori_loop(0, n, lambda i, x: step(x), tuple(state))
+
+    specs = _param_specs(layouts)  # a field's split, a scalar replicated: as for params
+    mesh = next(lay for lay in layouts if lay is not None).mesh
+    sharded = shard_map(loop, mesh=mesh, in_specs=(specs, PartitionSpec(), *_param_specs(fields)),
+                        out_specs=specs)  # fmt: skip
+    return jax.jit(sharded, donate_argnums=0)
+
+
 @functools.lru_cache(maxsize=32)
 def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layouts: tuple,
                         widths: tuple, region_key, every: int, max_steps: int, tree=None,
@@ -769,60 +881,18 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
     ``layouts`` holds each state key's layout (``None``: a 0-d scalar, replicated);
     ``tree`` and ``fields`` describe ``params`` as in :func:`until_program`.
     """
-    region = None if region_key is None else tuple(slice(*r) for r in region_key)
-    first = next(lay for lay in layouts if lay is not None)
-    window = normalize_index(region if region is not None else (), first.shape)
-    if not all(window.kept):
-        raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
-    sides = halo_sides(widths, first.ndim)
-    one_sided = _asymmetric(sides)
-    widths = tuple(max(p) for p in sides)
-    zero = (0,) * first.ndim
+    scalars = any(lay is None for lay in layouts)
 
     def loop(state, *leaves):
-        numbers = _block_numbers(first)
-        call = _given(leaves, tree, fields, first, sides, 1)
-        reduce = _reducer(first, window, widths, numbers)
-
-        def extend(values):
-            """Each field in blocks form with its halo (``sides`` of it filled)."""
-            return {k: _extended(v, lay, widths, numbers, one_sided) if lay is not None else v
-                    for k, v, lay in zip(keys, values, layouts)}  # fmt: skip
-
-        def seen(blocks):
-            """The kernel's view: each field's block with its halo, the scalars."""
-            out = {}
-            for k, lay in zip(keys, layouts):
-                x = blocks[k]
-                if lay is not None:
-                    x = _inside(x, widths, sides, zero)
-                    x = x.reshape(x.shape[1::2])
-                out[k] = x
-            return out
-
-        def step(values):
-            blocks = extend(values)
-            new = call(kernel, seen(blocks), reduce)
-            want = next(v.shape for v, lay in zip(values, layouts) if lay is not None)
-            _check_new(new, keys, layouts, dict(zip(keys, values)), want)
-            out = []
-            for k, v, lay in zip(keys, values, layouts):
-                if lay is None:
-                    out.append(jnp.asarray(new[k]).astype(v.dtype))
-                    continue
-                merged = _merge(blocks[k], new[k], lay, window, widths, widths, zero, numbers,
-                                None)  # fmt: skip
-                out.append(merged.reshape(v.shape))
-            return tuple(out)
+        step = _StateStep(kernel, keys, layouts, widths, region_key, leaves, tree, fields)
+        reduce = step.reduce
 
         def advance(values, n: int):  # n static
             return jax.lax.fori_loop(0, n, lambda i, x: step(x), values)
 
         def check(values):
             before = reduce.calls
-            e = seen(extend(values))
-            out = call(converged, e, reduce)
-            scalars = any(lay is None for lay in layouts)
+            out = step.call(converged, step.view(values), reduce)
             return jnp.asarray(check_decision(out, reduce.calls - before, scalars), jnp.bool_)
 
         def cond(c):
@@ -839,10 +909,27 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
             out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
         return out
 
-    specs = _param_specs(layouts)  # a field's split, a scalar replicated: as for params
-    sharded = shard_map(loop, mesh=first.mesh, in_specs=(specs, *_param_specs(fields)),
+    specs = _param_specs(layouts)
+    mesh = next(lay for lay in layouts if lay is not None).mesh
+    sharded = shard_map(loop, mesh=mesh, in_specs=(specs, *_param_specs(fields)),
                         out_specs=(specs, PartitionSpec(), PartitionSpec()))  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
+
+
+def _state_of(keys: tuple, layouts: tuple, leaves) -> dict:
+    """The state dict of a state program's leaves."""
+    return {k: GlobalArray(v, lay) if lay is not None else v
+            for k, v, lay in zip(keys, leaves, layouts)}  # fmt: skip
+
+
+def _run_state(kernel, state: dict, steps, halo, region, steps_per_exchange, params) -> dict:
+    """:func:`run` on a state dict of fields and scalars (one step per exchange)."""
+    check_state_steps(steps_per_exchange)
+    keys, layouts, values, first = _split_state(state)
+    tree, leaves, fields = _split_params(params, first)
+    compiled = state_program(kernel, keys, layouts, _key(first, halo), region_key(region), tree,
+                             fields)  # fmt: skip
+    return _state_of(keys, layouts, compiled(tuple(values), jnp.int32(steps), *leaves))
 
 
 def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, region, check_every,
@@ -857,8 +944,7 @@ def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, regio
                                    region_key(region), every, max_steps, tree,
                                    fields)  # fmt: skip
     out, n, done = compiled(tuple(values), *leaves)
-    result = {k: GlobalArray(v, lay) if lay is not None else v
-              for k, v, lay in zip(keys, out, layouts)}  # fmt: skip
+    result = _state_of(keys, layouts, out)
     if any(isinstance(x, jax.core.Tracer) for x in (*values, *leaves)):  # inside jax.jit
         return Until(result, n, done, every, how, note)
     n, done = int(n), bool(done)

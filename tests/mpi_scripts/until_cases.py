@@ -1,5 +1,6 @@
 """Rank-side driver for tests/references/test_until_backends.py: Jacobi by
-``pgas.mpi.run_until``, and ``pgas.mpi.run`` with params (a field, a scalar).
+``pgas.mpi.run_until``, CG on a state dict by ``pgas.mpi.run_until`` and ``pgas.mpi.run``,
+and ``pgas.mpi.run`` with params (a field, a scalar).
 
 Usage: ``mpiexec -n P python until_cases.py OUT_DIR``. Every case runs in this one
 launch; rank 0 writes ``OUT_DIR/fields.npz`` (one gathered field per case) and
@@ -150,6 +151,14 @@ def main() -> None:
                           "check_every": r.check_every, "k": r.steps_per_exchange,
                           "messages_per_step": r.messages_per_step,
                           "rr": float(r.field["rr"]) if r.field is not None else None}  # fmt: skip
+        # pgas.mpi.run on the state dict for the steps cg_cols took: its x and rr, bitwise
+        r = mpi.run(cg_kernel, cg_init(total(B * B)), B.shape, "float64", meta["cg_cols"]["steps"],
+                    1, pgas.Keep(), dims=CG_CASES["cg_cols"])  # fmt: skip
+        if r.field is not None:
+            fields["cg_run_cols"] = r.field["x"]
+        rr = float(r.field["rr"]) if r.field is not None else None
+        meta["cg_run_cols"] = {"steps": r.steps, "converged": r.converged, "rr": rr,
+                               "k": r.steps_per_exchange, "allreduces": r.allreduces}  # fmt: skip
         for name, (dims, k, as_dict) in RUNS.items():
             zero, f = (lambda i, j: np.zeros(np.shape(i))), (lambda i, j: F[i, j])
             r = mpi.run(scaled_kernel if as_dict else kernel, zero, F.shape, "float64",

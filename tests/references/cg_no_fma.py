@@ -1,6 +1,7 @@
-"""CG on auto and explicit, 2x2 and 3x1 devices; run by test_until_backends.py in a process
-started with ``XLA_FLAGS=--xla_cpu_max_isa=AVX`` (no FMA instructions: XLA rounds every
-product, as NumPy). Prints one JSON line: steps, rr and the bytes of x per case."""
+"""CG on auto and explicit (run_until, and run for NumPy's number of steps), 2x2 and 3x1
+devices; run by test_until_backends.py in a process started with
+``XLA_FLAGS=--xla_cpu_max_isa=AVX`` (no FMA instructions: XLA rounds every product, as
+NumPy). Prints one JSON line: steps, rr and the bytes of x per case."""
 
 import json
 import sys
@@ -25,16 +26,18 @@ def main() -> None:
     from pgas.references import explicit
 
     out = []
+    steps = t.cg_numpy(uc.B, uc.CG_STOP)[1]
     for shape in [(2, 2), (3, 1)]:
         mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=shape[0] * shape[1])
         runs = {"auto": pgas.run_until(t.cg_global, t.cg_state(mesh),
                                        lambda s: s["rr"] < uc.CG_STOP, 200),
                 "explicit": explicit.run_until(uc.cg_kernel, t.cg_state(mesh), uc.cg_converged,
                                                200)}  # fmt: skip
-        for name, r in runs.items():
-            out.append({"name": f"{name} {shape}", "steps": r.steps_taken,
-                        "rr": float(r.state["rr"]),
-                        "x_bits": np.asarray(r.state["x"].to_numpy()).tobytes().hex()})  # fmt: skip
+        runs = {name: (r.state, r.steps_taken) for name, r in runs.items()}
+        runs["explicit.run"] = (explicit.run(uc.cg_kernel, t.cg_state(mesh), steps), steps)
+        for name, (state, n) in runs.items():
+            out.append({"name": f"{name} {shape}", "steps": n, "rr": float(state["rr"]),
+                        "x_bits": np.asarray(state["x"].to_numpy()).tobytes().hex()})  # fmt: skip
     print(json.dumps(out))
 
 

@@ -281,7 +281,8 @@ def test_cg_on_auto_and_explicit_same_iterations_and_bits_on_every_mesh():
 
 def test_cg_on_auto_and_explicit_without_fma_bitwise_equal_to_numpy():
     """With XLA's FMAs off (``--xla_cpu_max_isa=AVX``, one process) auto and explicit CG on
-    2x2 and 3x1 devices give NumPy's iterations and bits, so MPI's (the next test)."""
+    2x2 and 3x1 devices give NumPy's iterations and bits, so MPI's (the next test); so does
+    explicit.run on the state dict for as many steps."""
     env = dict(os.environ, XLA_FLAGS="--xla_cpu_max_isa=AVX", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     script = Path(__file__).with_name("cg_no_fma.py")
@@ -290,7 +291,7 @@ def test_cg_on_auto_and_explicit_without_fma_bitwise_equal_to_numpy():
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
-    assert len(got) == 4
+    assert len(got) == 6
     for case in got:
         assert case["steps"] == steps and case["rr"] == rr, case
         assert case["x_bits"] == want.tobytes().hex(), case["name"]
@@ -306,6 +307,44 @@ def test_mpi_cg_same_iterations_and_bits_as_numpy(name):
     assert meta["allreduces"] == 2 * 2 * steps  # two reproducible sums per step, two each
     assert meta["rr"] == rr
     np.testing.assert_array_equal(fields[name], want)
+
+
+def test_explicit_run_on_a_state_dict_is_auto_and_run_until_bit_for_bit():
+    """``steps`` CG iterations by explicit.run on 1, 1x3 and 2x2 devices: pgas.run's state with
+    the global-view step, and run_until's after as many steps, bit for bit; NumPy's CG within
+    the last bits (XLA's FMAs: cg_no_fma.py has the bits)."""
+    want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
+    first = None
+    for devices, shape in [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))]:
+        mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
+        out = explicit.run(uc.cg_kernel, cg_state(mesh), steps)
+        auto = pgas.run(cg_global, cg_state(mesh), steps)
+        got = {k: np.asarray(v.to_numpy() if k != "rr" else v) for k, v in out.items()}
+        assert list(got) == ["x", "r", "p", "rr"] and got["rr"].shape == ()
+        for key, value in auto.items():
+            np.testing.assert_array_equal(got[key], value.to_numpy() if key != "rr" else value)
+        first = first or got
+        for key, value in first.items():
+            np.testing.assert_array_equal(got[key], value)
+    until = explicit.run_until(uc.cg_kernel, cg_state(mesh), uc.cg_converged, 200)
+    assert until.steps_taken == steps
+    for key, value in until.state.items():
+        np.testing.assert_array_equal(got[key], value.to_numpy() if key != "rr" else value)
+    np.testing.assert_allclose(got["x"], want, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(got["rr"], rr, rtol=1e-10)
+
+
+def test_mpi_run_on_a_state_dict_is_run_until_and_numpy_bit_for_bit():
+    """pgas.mpi.run on 1x3 ranks for the steps cg_cols took to converge: its x and rr, and
+    NumPy's CG after as many steps, bit for bit; no check, so no converged."""
+    fields, ranks = launch(3)
+    want, steps, rr = cg_numpy(uc.B, uc.CG_STOP)
+    meta = ranks[0]["cg_run_cols"]
+    assert meta["steps"] == steps and meta["converged"] is None and meta["k"] == 1
+    assert meta["allreduces"] == 2 * 2 * steps  # the kernel's two reproducible sums
+    assert meta["rr"] == ranks[0]["cg_cols"]["rr"] == rr
+    np.testing.assert_array_equal(fields["cg_run_cols"], fields["cg_cols"])
+    np.testing.assert_array_equal(fields["cg_run_cols"], want)
 
 
 def test_explicit_cg_two_reproducible_sums_are_four_all_reduces_per_step():
@@ -331,11 +370,14 @@ def test_a_state_dict_kernel_returning_the_wrong_keys_or_shapes_is_refused(bad, 
 
     mesh = pgas.make_mesh(("y", "x"), shape=(1, 1), devices=1)
     state = {"x": field(uc.B, mesh), "rr": 1.0}
-    with pytest.raises(pgas.PgasError, match=match):
-        explicit.run_until(bad, state, uc.cg_converged, 3)
     init = {"x": lambda i, j: uc.B[i, j], "rr": 1.0}
-    with pytest.raises(pgas.PgasError, match=match.replace("(17, 15)", "(17, 15)")):
-        mpi.run_until(bad, init, uc.B.shape, "float64", uc.cg_converged, 3, 1, pgas.Keep())
+    for call in (lambda: explicit.run_until(bad, dict(state), uc.cg_converged, 3),
+                 lambda: explicit.run(bad, dict(state), 3),
+                 lambda: mpi.run_until(bad, init, uc.B.shape, "float64", uc.cg_converged, 3, 1,
+                                       pgas.Keep()),
+                 lambda: mpi.run(bad, init, uc.B.shape, "float64", 3, 1, pgas.Keep())):  # fmt: skip
+        with pytest.raises(pgas.PgasError, match=match):
+            call()
 
 
 def test_a_state_dict_with_deep_halos_or_a_bad_leaf_is_refused():
@@ -353,6 +395,33 @@ def test_a_state_dict_with_deep_halos_or_a_bad_leaf_is_refused():
     with pytest.raises(pgas.PgasError, match=r"init\['rr'\] is a str"):
         mpi.run_until(uc.cg_kernel, uc.cg_init("1"), uc.B.shape, "float64", uc.cg_converged, 3,
                       1, pgas.Keep())  # fmt: skip
+
+
+def test_run_on_a_state_dict_refuses_what_run_until_refuses():
+    """explicit.run and mpi.run: deep halos, a bad leaf, negative steps; mpi.run: what only a
+    single field has (snapshots, chunks, packed cells)."""
+    from pgas.references import mpi
+
+    mesh = pgas.make_mesh(("y", "x"), shape=(1, 1), devices=1)
+
+    def mpi_run(init: dict, steps: int = 3, **kw):
+        return mpi.run(uc.cg_kernel, init, uc.B.shape, "float64", steps, 1, pgas.Keep(), **kw)
+
+    deep = "steps_per_exchange = 4 with a state dict: .* pass steps_per_exchange=1 or 'auto'"
+    with pytest.raises(PgasError, match=deep):
+        explicit.run(uc.cg_kernel, cg_state(mesh), 3, steps_per_exchange=4)
+    with pytest.raises(PgasError, match=deep):
+        mpi_run(uc.cg_init(1.0), steps_per_exchange=4)
+    with pytest.raises(PgasError, match=r"steps = -1: give a whole number >= 0"):
+        explicit.run(uc.cg_kernel, cg_state(mesh), -1)
+    with pytest.raises(PgasError, match=r"steps = -1: give a whole number >= 0"):
+        mpi_run(uc.cg_init(1.0), -1)
+    with pytest.raises(PgasError, match=r"state\['rr'\] is a ndarray of shape \(2,\)"):
+        explicit.run(uc.cg_kernel, {**cg_state(mesh), "rr": np.ones(2)}, 3)
+    with pytest.raises(PgasError, match=r"init\['rr'\] is a str"):
+        mpi_run(uc.cg_init("1"))
+    with pytest.raises(PgasError, match="snapshot_every = 1, chunk = 3 with a state dict"):
+        mpi_run(uc.cg_init(1.0), snapshot_every=1, chunk=3)
 
 
 def test_a_state_dict_with_params_on_explicit_and_mpi_in_one_process():

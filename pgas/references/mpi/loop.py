@@ -65,7 +65,8 @@ class RunResult:
 
     Attributes:
         field: the final global field on rank 0 (``None`` elsewhere, and everywhere
-            when :func:`run` was called with ``gather=False``).
+            when :func:`run` was called with ``gather=False``); for a state dict, a
+            dict of each gathered field and each scalar.
         seconds: wall time of the time loop (between barriers; no set-up, no gather).
         steps: time steps run.
         messages_per_step: messages sent per physical step (total / steps),
@@ -86,8 +87,9 @@ class RunResult:
         converged: from :func:`pgas.mpi.run_until`: whether ``converged`` held at
             the last check (``None`` from :func:`run`).
         check_every: from :func:`pgas.mpi.run_until`: steps between checks.
-        allreduces: from :func:`pgas.mpi.run_until`: ``Allreduce`` calls of this
-            rank (one per reduction, two per reproducible sum).
+        allreduces: ``Allreduce`` calls of this rank (one per reduction, two per
+            reproducible sum): the checks of :func:`pgas.mpi.run_until` and the
+            reductions of a state dict's kernel.
     """
 
     field: np.ndarray | None
@@ -318,11 +320,23 @@ def run(
     (see the module docstring). Collective over ``COMM_WORLD`` (or
     ``grid.comm``); an exception on any rank aborts all of them.
 
+    A state dict (conjugate gradients for a fixed number of iterations): ``init``
+    may be a dict of field inits and 0-d scalars, with the kernel of
+    :func:`pgas.mpi.run_until`'s state dicts, ``kernel(e, reduce)``
+    (``kernel(e, p, reduce)`` with ``params``) returning a dict of the same
+    keys; one step per exchange (``k = 1``), the same bits as ``run_until``
+    after as many steps. ``field`` is then a dict of the gathered fields and
+    the scalars, and ``callback`` runs once, at the end, with a dict of the
+    rank's cells and the scalars (no ``snapshot_every``, ``chunk`` or
+    ``cells_per_value``).
+
     Args:
         kernel: ``kernel(ext) -> new``: a block with ghost cells in, the new
             values of the cells inside the halo out (``ext.shape - 2*halo``),
-            written with slices so that it works on any block size.
-        init: ``init(*global_index_arrays) -> values`` for this rank's cells.
+            written with slices so that it works on any block size;
+            ``kernel(e, reduce) -> dict`` for a state dict.
+        init: ``init(*global_index_arrays) -> values`` for this rank's cells, or a
+            state dict of such inits and 0-d scalars.
         global_shape: cells per axis.
         dtype: the field's dtype.
         steps: number of time steps.
@@ -364,15 +378,33 @@ def run(
     Returns:
         A :class:`RunResult`; its ``field`` (and ``snapshots``) are set on rank 0 only.
 
-    >>> from pgas.grid.boundary import Keep
+    Raises:
+        PgasError: a bad ``steps``, schedule or ``params``; for a state dict, a bad
+            init, a kernel that returns other keys or shapes, ``steps_per_exchange``
+            other than 1, or ``snapshot_every``, ``chunk`` or ``cells_per_value``.
+
+    >>> from pgas.grid.boundary import Keep, Periodic
     >>> heat = lambda e: 0.5 * e[1:-1] + 0.25 * (e[:-2] + e[2:])
     >>> r = run(heat, lambda x: (x == 5) * 1.0, (11,), "float64", 2, 1, Keep(),
     ...         steps_per_exchange=2)
     >>> r.field[3:8], r.steps_per_exchange
     (array([0.0625, 0.25  , 0.375 , 0.25  , 0.0625]), 2)
+    >>> def halve(e, reduce):                 # a state dict: a field and a reduced scalar
+    ...     u = 0.5 * e["u"][1:-1]
+    ...     return {"u": u, "total": reduce(u, reproducible=True)}
+    >>> r = run(halve, {"u": lambda i: 8.0 + 0.0 * i, "total": 32.0}, (4,), "float64", 3, 1,
+    ...         Periodic())
+    >>> r.field["u"], float(r.field["total"]), r.allreduces
+    (array([1., 1., 1., 1.]), 4.0, 6)
     """
     with abort_on_error():
         check_world()
+        if isinstance(init, dict):
+            from pgas.references.mpi.until import _run_state  # until imports this module
+
+            return _run_state(kernel, init, global_shape, dtype, steps, halo, boundary, region,
+                              grid, dims, snapshot_every, chunk, cells_per_value,
+                              steps_per_exchange, params, callback, gather)  # fmt: skip
         grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
         steps = schedule.check_steps(steps)
         every, chunk = schedule.check_schedule(steps, snapshot_every, chunk)

@@ -22,6 +22,8 @@ exchange (``k = 1``: a reduction needs every cell up to date), each field's
 halo exchanged once per step (a check right after a step reuses it);
 ``converged(e, reduce)`` may read a reduced scalar without reducing again. As
 :func:`pgas.explicit.run_until`, whose kernels run here unchanged.
+:func:`pgas.mpi.run` takes the same state dict for a fixed number of steps (the
+same step, the same bits).
 """
 
 from __future__ import annotations
@@ -219,10 +221,13 @@ def run_until(
 
 # ---- multi-field states: dicts of fields and scalars, reductions inside the step ------------
 class _State:
-    """The rank's blocks of a state dict (one :class:`_Block` per field, ``k = 1``) and its
-    scalars; each field's halo is exchanged when read after a write, not again."""
+    """The rank's blocks of a state dict (one :class:`_Block` per field, ``k = 1``), its
+    scalars, and the kernel's ``reduce`` and params; each field's halo is exchanged when
+    read after a write, not again. :func:`pgas.mpi.run` on a state dict is
+    ``advance(steps)``, :func:`run_until` ``advance`` and ``check`` in turn."""
 
-    def __init__(self, init: dict, grid, halo, faces, bounds, dtype) -> None:
+    def __init__(self, kernel: Callable, init: dict, grid, halo, faces, bounds, dtype, params,
+                 who: str) -> None:  # fmt: skip
         self.keys, self.blocks, self.scalars, self.fresh = tuple(init), {}, {}, {}
         for key, value in init.items():
             if callable(value):
@@ -241,8 +246,12 @@ class _State:
             raise PgasError(f"the state {sorted(init)} holds no field (an init function)")
         self.first = self.blocks[next(k for k in self.keys if k in self.blocks)]
         self.grid, self.faces, self.width = grid, faces, sides_of(halo)
+        self.kernel, self.counter, self.reduce = kernel, MessageCounter(), _Reducer(self.first)
+        fitted = fitted_params(params, grid, self.first.halo, 1, faces, dtype, who)
+        shape = tuple(n + lo + hi for n, (lo, hi) in zip(grid.local_shape, self.width))
+        self.more = () if fitted is None else (fitted(shape),)  # the params, placed
 
-    def seen(self, counter: MessageCounter) -> tuple[dict, dict]:
+    def seen(self) -> tuple[dict, dict]:
         """The kernel's view (each field's block with its halo, the scalars), and the masks."""
         e, masks = {}, {}
         for key in self.keys:
@@ -251,14 +260,14 @@ class _State:
                 continue
             e[key], masks[key] = self.blocks[key].view(self.width)
             if not self.fresh[key]:
-                exchange(e[key], self.grid, self.width, self.faces, counter)
+                exchange(e[key], self.grid, self.width, self.faces, self.counter)
                 self.fresh[key] = True
         return e, masks
 
-    def step(self, kernel: Callable, counter: MessageCounter) -> None:
+    def step(self) -> None:
         """One step: the kernel on every field's block, then every field and scalar written."""
-        e, masks = self.seen(counter)
-        new = kernel(e)
+        e, masks = self.seen()
+        new = self.kernel(e, *self.more, self.reduce)
         want = self.first.grid.local_shape
         if not isinstance(new, dict) or set(new) != set(self.keys):
             got = sorted(new) if isinstance(new, dict) else type(new).__name__
@@ -288,56 +297,92 @@ class _State:
                 self.blocks[key]._put(e[key], masks[key], 0, want[0], new[key])
                 self.fresh[key] = False
 
-    def cores(self) -> dict:
-        """Each field's cells (no halo) and each scalar."""
-        return {k: self.blocks[k].core if k in self.blocks else self.scalars[k]
-                for k in self.keys}  # fmt: skip
+    def advance(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def check(self, converged: Callable) -> bool:
+        """``converged(e, reduce)`` on the view (a step's halos reused), on every rank."""
+        e, _ = self.seen()
+        before = self.reduce.calls
+        out = converged(e, *self.more, self.reduce)
+        return bool(check_decision(out, self.reduce.calls - before, bool(self.scalars)))
+
+    def result(self, steps: int, seconds: float, note: str, callback, gather: bool) -> RunResult:
+        """The :class:`RunResult` after ``steps`` steps: ``field`` a dict of each gathered
+        field and each scalar on rank 0 (``callback(steps, cores)`` first, on every rank)."""
+        cores = {k: self.blocks[k].core if k in self.blocks else self.scalars[k]
+                 for k in self.keys}  # fmt: skip
+        if callback is not None:
+            callback(steps, cores)
+        grid, field = self.grid, None
+        if gather:
+            got = {k: gather_to_root(v, grid) if k in self.blocks else v
+                   for k, v in cores.items()}  # fmt: skip
+            field = got if grid.rank == 0 else None
+        counts = grid.comm.allgather((self.counter.messages, self.counter.bytes))
+        per = max(steps, 1)
+        return RunResult(
+            field=field, seconds=seconds, wall_seconds=seconds, steps=steps,
+            messages_per_step=sum(m for m, _ in counts) / per,
+            bytes_per_step=sum(b for _, b in counts) / per,
+            rank_messages_per_step=tuple(m / per for m, _ in counts),
+            rank_bytes_per_step=tuple(b / per for _, b in counts),
+            grid=grid.describe(), dims=grid.dims, steps_per_exchange=1, note=note,
+            allreduces=self.reduce.calls,
+        )  # fmt: skip
+
+
+def _begin_state(kernel, init: dict, global_shape, dtype, halo, boundary, region, grid, dims,
+                 steps_per_exchange, params, who: str) -> tuple[_State, str]:  # fmt: skip
+    """A state dict's :class:`_State` on this rank, checked, and the plan's note."""
+    check_state_steps(steps_per_exchange)
+    grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
+    note = plan(global_shape, halo, grid.dims, 1).note
+    bounds = _update_bounds(grid, halo, faces, region)
+    return _State(kernel, init, grid, halo, faces, bounds, dtype, params, who), note
+
+
+def _run_state(kernel, init: dict, global_shape, dtype, steps, halo, boundary, region, grid,
+               dims, snapshot_every, chunk, cells_per_value, steps_per_exchange, params,
+               callback, gather) -> RunResult:  # fmt: skip
+    """:func:`pgas.mpi.run` on a state dict of fields and scalars: ``steps`` steps, one per
+    exchange, the same bits as :func:`run_until` after as many."""
+    steps = schedule.check_steps(steps)
+    given = [f"{name} = {value!r}" for name, value, unset in
+             (("snapshot_every", snapshot_every, None), ("chunk", chunk, None),
+              ("cells_per_value", cells_per_value, 1)) if value != unset]  # fmt: skip
+    if given:
+        raise PgasError(
+            f"{', '.join(given)} with a state dict: snapshots, chunks and packed cells are for a "
+            f"single field; a state dict's callback runs once, at the end (drop them)"
+        )
+    state, note = _begin_state(kernel, init, global_shape, dtype, halo, boundary, region, grid,
+                               dims, steps_per_exchange, params, "pgas.mpi.run")  # fmt: skip
+    _, seconds = _timed(lambda: state.advance(steps), state.grid.comm)
+    return state.result(steps, seconds, note, callback, gather)
 
 
 def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_steps: int, halo,
                      boundary, region, grid, dims, check_every, steps_per_exchange, params,
                      callback, gather) -> RunResult:  # fmt: skip
     """:func:`run_until` on a state dict of fields and scalars (one step per exchange)."""
-    check_state_steps(steps_per_exchange)
-    grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
-    how = plan(global_shape, halo, grid.dims, 1)
+    state, note = _begin_state(kernel, init, global_shape, dtype, halo, boundary, region, grid,
+                               dims, steps_per_exchange, params, "pgas.mpi.run_until")  # fmt: skip
     every, _ = choose_check_every(check_every, 1, True)
-    state = _State(init, grid, halo, faces, _update_bounds(grid, halo, faces, region), dtype)
-    fitted = fitted_params(params, grid, state.first.halo, 1, faces, dtype, "pgas.mpi.run_until")
-    counter, reduce = MessageCounter(), _Reducer(state.first)
-    shape = tuple(n + lo + hi for n, (lo, hi) in zip(grid.local_shape, state.width))
-    more = () if fitted is None else (fitted(shape),)
+    n, done, seconds = _iterate(state.advance, lambda: state.check(converged), every, max_steps,
+                                state.grid.comm)  # fmt: skip
+    result = state.result(n, seconds, note, callback, gather)
+    return dataclasses.replace(result, converged=done, check_every=every)
 
-    def check() -> bool:
-        e, _ = state.seen(counter)
-        before = reduce.calls
-        out = converged(e, *more, reduce)
-        return bool(check_decision(out, reduce.calls - before, bool(state.scalars)))
 
-    def advance(steps: int) -> None:
-        for _ in range(steps):
-            state.step(lambda e: kernel(e, *more, reduce), counter)
-
-    n, done, seconds = _iterate(advance, check, every, max_steps, grid.comm)
-    cores = state.cores()
-    if callback is not None:
-        callback(n, cores)
-    field = None
-    if gather:
-        got = {k: gather_to_root(v, grid) if k in state.blocks else v for k, v in cores.items()}
-        field = got if grid.rank == 0 else None
-    counts = grid.comm.allgather((counter.messages, counter.bytes))
-    return dataclasses.replace(
-        RunResult(
-            field=field, seconds=seconds, wall_seconds=seconds, steps=n,
-            messages_per_step=sum(m for m, _ in counts) / n,
-            bytes_per_step=sum(b for _, b in counts) / n,
-            rank_messages_per_step=tuple(m / n for m, _ in counts),
-            rank_bytes_per_step=tuple(b / n for _, b in counts),
-            grid=grid.describe(), dims=grid.dims, steps_per_exchange=1, note=how.note,
-        ),
-        converged=done, check_every=every, allreduces=reduce.calls,
-    )  # fmt: skip
+def _timed(work: Callable[[], Any], comm) -> tuple[Any, float]:
+    """``work()`` between barriers: its result and the seconds the slowest rank took."""
+    comm.Barrier()
+    start = MPI.Wtime()
+    out = work()
+    comm.Barrier()
+    return out, max(comm.allgather(MPI.Wtime() - start))
 
 
 def _iterate(advance: Callable[[int], None], check: Callable[[], bool], every: int,
@@ -345,17 +390,18 @@ def _iterate(advance: Callable[[int], None], check: Callable[[], bool], every: i
     """``every`` steps then a check until it holds or ``max_steps`` is reached (the rest of
     ``max_steps`` then runs, with a last check); ``(steps, converged, seconds)``, the
     seconds the slowest rank took, and a warning where it did not converge."""
-    comm.Barrier()
-    start = MPI.Wtime()
-    n, done = 0, False
-    while not done and n + every <= max_steps:
-        advance(every)
-        n, done = n + every, check()
-    if not done and max_steps % every:
-        advance(max_steps % every)
-        n, done = n + max_steps % every, check()
-    comm.Barrier()
-    seconds = max(comm.allgather(MPI.Wtime() - start))
+
+    def loop() -> tuple[int, bool]:
+        n, done = 0, False
+        while not done and n + every <= max_steps:
+            advance(every)
+            n, done = n + every, check()
+        if not done and max_steps % every:
+            advance(max_steps % every)
+            n, done = n + max_steps % every, check()
+        return n, done
+
+    (n, done), seconds = _timed(loop, comm)
     if not done:
         warn_not_converged(max_steps, every)
     return n, done, seconds
