@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 from pgas.errors import ConversionError, IndexingError, LayoutError
 from pgas.globalview.lower import assign
 from pgas.globalview.view import Leaf, Operators, Window, normalize_index
+from pgas.grid.decomposition import Ext
 from pgas.grid.layout import Layout, make_layout
 
 __all__ = ["GlobalArray", "from_numpy", "from_function", "zeros", "full", "physical_coords"]
@@ -43,9 +44,11 @@ class GlobalArray(Operators):
     Attributes:
         data: the ``jax.Array``: the physical array (shape
             ``layout.physical_shape``), or, inside a compiled loop, the blocks
-            form extended by ``ext[i]`` halo cells per side (see :mod:`pgas.lower`).
+            form extended by ``ext[i]`` halo cells (see :mod:`pgas.lower`).
         layout: the static description (shape, mesh, spec, boundary, halo).
-        ext: ``None`` for physical data, else the extension per axis.
+        ext: ``None`` for physical data, else the halo cells kept per axis: an int
+            where both sides are equal, else ``(below, above)``
+            (:data:`pgas.grid.decomposition.Ext`).
         anchor: inside a compiled loop, a zero that depends on the loop counter:
             masks built from global indices add it, so that XLA computes them
             inside the stencil's fusion instead of hoisting them out of the loop
@@ -64,7 +67,7 @@ class GlobalArray(Operators):
         self,
         data: jax.Array,
         layout: Layout,
-        ext: tuple[int, ...] | None = None,
+        ext: Ext | None = None,
         anchor: jax.Array | None = None,
     ):
         self.data = data

@@ -22,15 +22,13 @@ concatenate, materialised once per exchange). Extending axis 0 and then
 axis 1 of the result sends the corners along (two-phase exchange), so a
 9- or 27-point stencil needs 2 collective-permutes per split axis.
 
-Halos per side. ``sides=(below, above)`` exchanges only the cells a stencil
-reads on each side (the innermost ``below`` / ``above`` of a ``width`` wide
-halo): a side of width 0 sends nothing, and the cells of the halo no side
-fills are zeros (:func:`extend`) or left as they are (:func:`refill`); the
-caller never lets them reach a block's own cells. ``trim`` cuts the slabs
-across the other axes to the cells filled there, so a later axis of a
-two-phase exchange sends only the filled part of the earlier axes' halos.
-Without them (or with ``sides == (width, width)`` and no ``trim``) the code
-is exactly the symmetric exchange.
+Halos per side. A ``width`` of ``(below, above)`` adds and exchanges only the
+cells a stencil reads on each side: a side of 0 sends nothing and adds no
+cell (:func:`extend`), or is left as it is (:func:`refill`). An int is both
+sides, exactly the symmetric exchange. ``trim`` cuts the slabs of
+:func:`refill` across the other axes, so that an earlier axis sends only the
+block's cells of a later one, whose own exchange comes after and carries the
+corners.
 
 The explicit path (:mod:`pgas.explicit`) uses the same functions inside
 ``shard_map`` with a ``lax.ppermute`` transport and its own block number.
@@ -43,7 +41,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from pgas.grid.decomposition import BlockAxis
+from pgas.grid.decomposition import BlockAxis, ext_pair
 
 __all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror", "Transport",
            "Trim"]  # fmt: skip
@@ -52,7 +50,7 @@ Transport = Callable[[jax.Array, int], jax.Array]
 """``transport(slab, direction)``: block b receives the slab of block b - direction."""
 
 Trim = dict[int, tuple[int, int]]
-"""``{axis: (start, stop)}``: the cells along other array axes worth sending (filled)."""
+"""``{axis: (start, stop)}``: the cells along other array axes worth sending."""
 
 
 def _cut(x: jax.Array, trim: Trim | None) -> jax.Array:
@@ -60,19 +58,6 @@ def _cut(x: jax.Array, trim: Trim | None) -> jax.Array:
     for axis, (start, stop) in (trim or {}).items():
         x = _take(x, 2 * axis + 1, start, stop)
     return x
-
-
-def _uncut(x: jax.Array, trim: Trim | None, like: jax.Array, axis: int, before: int,
-           after: int) -> jax.Array:  # fmt: skip
-    """``x`` padded with zeros back to ``like``'s shape across the trimmed axes, and by
-    ``before`` / ``after`` cells along ``axis``'s cell axis."""
-    cfg = [(0, 0, 0)] * x.ndim
-    for other, (start, stop) in (trim or {}).items():
-        cfg[2 * other + 1] = (start, like.shape[2 * other + 1] - stop, 0)
-    cfg[2 * axis + 1] = (before, after, 0)
-    if all(c == (0, 0, 0) for c in cfg):
-        return x
-    return jax.lax.pad(x, jnp.zeros((), x.dtype), cfg)
 
 
 def _starts(ndim: int, trim: Trim | None, axis: int, at) -> list:
@@ -179,95 +164,84 @@ def receive(
 def extend(
     blocks: jax.Array,
     axis: int,
-    width: int,
+    width: int | tuple[int, int],
     grid: BlockAxis,
     faces: tuple,
     block_number: jax.Array,
     transport: Transport | None = None,
-    sides: tuple[int, int] | None = None,
-    trim: Trim | None = None,
 ) -> jax.Array:
-    """Add ``width`` halo cells on both sides of every block along ``axis``.
+    """Add ``width`` halo cells per side to every block along ``axis``.
 
     Args:
         blocks: array in blocks form (in the explicit path the block axis has
             size 1: the local block). Earlier axes may already be extended;
             their halos travel along (corners).
         axis: array axis to extend.
-        width: halo width (>= 1, at most the smallest block).
+        width: halo cells per side: an int for both sides, or ``(below, above)``
+            (each at most the smallest block); a side of 0 sends nothing and
+            adds no cell.
         grid: block distribution of the axis.
         faces: ``(low, high)`` boundary conditions of the axis.
         block_number: block number, broadcastable against ``blocks``.
         transport: how slabs travel; default: the global-view shift above.
-        sides: ``(below, above)``: the halo cells exchanged on each side, at most
-            ``width`` (the innermost ones; the others are zeros); default both
-            ``width``. A side of 0 sends nothing.
-        trim: the slabs cut across other axes to these cells (:data:`Trim`);
-            the cut-off cells of the received halo are zeros.
 
     Returns:
-        The extended array, ``block + 2 * width`` cells per block: block ``b``'s
-        cell ``j`` is at ``width + j``, its right halo follows its last real
-        cell, and a short block's padding cell comes last.
+        The extended array, ``block + below + above`` cells per block: block
+        ``b``'s cell ``j`` is at ``below + j``, its right halo follows its last
+        real cell, and a short block's padding cell comes last.
 
     >>> import jax.numpy as jnp
     >>> from pgas.grid.boundary import Periodic
     >>> b = jnp.arange(6.0).reshape(2, 3)          # 6 cells in 2 blocks
-    >>> extend(b, 0, 1, BlockAxis(6, 2), (Periodic(), Periodic()),
-    ...        jnp.arange(2).reshape(2, 1)).tolist()
+    >>> number = jnp.arange(2).reshape(2, 1)
+    >>> extend(b, 0, 1, BlockAxis(6, 2), (Periodic(), Periodic()), number).tolist()
     [[5.0, 0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0, 0.0]]
+    >>> extend(b, 0, (1, 0), BlockAxis(6, 2), (Periodic(), Periodic()), number).tolist()
+    [[5.0, 0.0, 1.0, 2.0], [2.0, 3.0, 4.0, 5.0]]
     """
     ca = 2 * axis + 1
-    if (sides is None or tuple(sides) == (width, width)) and not trim:
-        first, last = edges(blocks, axis, width, grid, block_number)
+    below, above = ext_pair(width)
+    if below == above:
+        first, last = edges(blocks, axis, below, grid, block_number)
         left, right = exchange(first, last, axis, grid, faces, block_number, transport)
     else:
-        left, right = (_one_side(blocks, axis, w, width, grid, faces, block_number, direction,
-                                 transport, trim)
-                       for w, direction in zip(sides or (width, width), (1, -1)))  # fmt: skip
-    ext = jnp.concatenate([left, blocks, right], axis=ca)
+        left, right = (receive(*edges(blocks, axis, w, grid, block_number), axis, grid, faces,
+                               block_number, direction, transport) if w else None
+                       for w, direction in ((below, 1), (above, -1)))  # fmt: skip
+    ext = _join([left, blocks, right], ca)
     if not grid.even:
         nb = blocks.shape[ca]
         body, pad = _take(blocks, ca, 0, nb - 1), _take(blocks, ca, nb - 1, nb)
-        short = jnp.concatenate([left, body, right, pad], axis=ca)
+        short = _join([left, body, right, pad], ca)
         ext = jnp.where(block_number >= grid.extra, short, ext)
     return ext
 
 
-def _one_side(blocks, axis: int, w: int, width: int, grid: BlockAxis, faces: tuple,
-              block_number, direction: int, transport, trim: Trim | None) -> jax.Array:  # fmt: skip
-    """The ``width`` halo cells of one side: the innermost ``w`` received, zeros outside."""
-    ca = 2 * axis + 1
-    if w == 0:
-        shape = list(blocks.shape)
-        shape[ca] = width
-        return jnp.zeros(shape, blocks.dtype)
-    source = _cut(blocks, trim)
-    slab = receive(*edges(source, axis, w, grid, block_number), axis, grid, faces, block_number,
-                   direction, transport)  # fmt: skip
-    before, after = (width - w, 0) if direction == 1 else (0, width - w)
-    return _uncut(slab, trim, blocks, axis, before, after)
+def _join(pieces: list, axis: int) -> jax.Array:
+    """The pieces that are there (a side of 0 cells is ``None``), one after another."""
+    return jnp.concatenate([p for p in pieces if p is not None], axis=axis)
 
 
 def refill(
     ext: jax.Array,
     axis: int,
-    width: int,
+    width: int | tuple[int, int],
     grid: BlockAxis,
     faces: tuple,
     block_number: jax.Array,
     transport: Transport | None = None,
-    sides: tuple[int, int] | None = None,
     trim: Trim | None = None,
 ) -> jax.Array:
-    """Exchange the ``width`` halo cells per side nearest to every block, in place.
+    """Exchange the halo cells nearest to every block, in place.
 
-    The in-place twin of :func:`extend`: ``ext`` already carries its halo
-    (``(ext.shape[2 * axis + 1] - grid.block) // 2`` cells per side, laid out as
-    :func:`extend` lays them out), and only the innermost ``width`` of them are
-    exchanged and written back, by dynamic-update-slices XLA does in place
-    (no pass over the block). Same slabs, same collectives as :func:`extend`;
-    ``sides`` and ``trim`` as there (a side of 0 is left as it is).
+    The in-place twin of :func:`extend`: ``ext`` already carries its halo, laid
+    out as :func:`extend` lays it out, and it is exchanged and written back by
+    dynamic-update-slices XLA does in place (no pass over the block). Same
+    slabs, same collectives as :func:`extend`. ``width``: an int ``w``: the
+    innermost ``w`` cells per side of a halo ``(ext.shape[2 * axis + 1] -
+    grid.block) // 2`` wide; ``(below, above)``: the whole halo of a buffer
+    extended by that (a side of 0 is left as it is). ``trim`` cuts the slabs
+    across the other axes to the cells worth sending (:data:`Trim`).
 
     >>> import jax.numpy as jnp
     >>> from pgas.grid.boundary import Periodic
@@ -277,10 +251,12 @@ def refill(
     [[5.0, 0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0, 0.0]]
     """
     ca = 2 * axis + 1
-    have = (ext.shape[ca] - grid.block) // 2
-    if (sides is not None and tuple(sides) != (width, width)) or trim:
-        return _refill_sides(ext, axis, have, sides or (width, width), grid, faces, block_number,
+    below, above = ext_pair(width)
+    have = below if isinstance(width, tuple) else (ext.shape[ca] - grid.block) // 2
+    if below != above or trim:
+        return _refill_sides(ext, axis, have, (below, above), grid, faces, block_number,
                              transport, trim)  # fmt: skip
+    width = below
     # each side reads the edges of the buffer as last written, so that XLA writes in place
     # (a slab computed from the buffer before the other side's write keeps a copy of it alive)
     left = receive(*edges(ext, axis, width, grid, block_number, have), axis, grid, faces,
@@ -324,7 +300,7 @@ def _refill_sides(ext, axis: int, have: int, sides: tuple[int, int], grid: Block
 def refill_mirror(
     ext: jax.Array,
     axis: int,
-    width: int,
+    width: int | tuple[int, int],
     grid: BlockAxis,
     faces: tuple,
     block_number: jax.Array,
@@ -332,8 +308,9 @@ def refill_mirror(
 ) -> jax.Array:
     """Re-fill the ghost cells beyond every Neumann face of extended blocks.
 
-    ``ext`` carries ``width`` cells of extension per side on ``axis``; ghost
-    cell ``-1 - j`` becomes cell ``j`` again (and likewise at the high face),
+    ``ext`` carries ``width`` cells of extension per side on ``axis`` (an int for
+    both sides, or ``(below, above)``); ghost cell ``-1 - j`` becomes cell ``j``
+    again (and likewise at the high face),
     after the cells next to the face changed. Other conditions need nothing:
     Dirichlet ghosts never change, and no written cell reads a ``Keep`` ghost.
 
@@ -348,13 +325,14 @@ def refill_mirror(
     low, high = faces
     cell = jax.lax.broadcasted_iota(jnp.int32, [n if a == ca else 1 for a in range(ext.ndim)], ca)
     cell = cell if anchor is None else cell + anchor  # see pgas.GlobalArray.anchor
-    if low.refreshed:
-        ghost = _place(jnp.flip(_take(ext, ca, width, 2 * width), ca), ca, 0, n)
-        ext = jnp.where((block_number == 0) & (cell < width), ghost, ext)
-    if high.refreshed:
-        end = width + grid.length(grid.parts - 1)  # first ghost cell of the last block
-        ghost = _place(jnp.flip(_take(ext, ca, end - width, end), ca), ca, end, n)
-        hit = (block_number == grid.parts - 1) & (cell >= end) & (cell < end + width)
+    below, above = ext_pair(width)
+    if low.refreshed and below:
+        ghost = _place(jnp.flip(_take(ext, ca, below, 2 * below), ca), ca, 0, n)
+        ext = jnp.where((block_number == 0) & (cell < below), ghost, ext)
+    if high.refreshed and above:
+        end = below + grid.length(grid.parts - 1)  # first ghost cell of the last block
+        ghost = _place(jnp.flip(_take(ext, ca, end - above, end), ca), ca, end, n)
+        hit = (block_number == grid.parts - 1) & (cell >= end) & (cell < end + above)
         ext = jnp.where(hit, ghost, ext)
     return ext
 

@@ -25,21 +25,24 @@ named phases; relative to the assigned window every view of an array is a
 Deep halos. :func:`pgas.run` exchanges a halo ``K`` cells wide once, then
 runs ``k`` steps on the extended blocks (``GlobalArray.ext`` = ``K``): an
 assignment reading an array extended by ``e`` at offset ``o`` computes its
-target on a domain ``e - |o|`` cells wide, so each sub-step shrinks the
-extension by the stencil's reach, and after ``k`` sub-steps the block's own
-cells are what ``k`` single steps give, bit for bit (the same arithmetic on
-the same values). Halo cells are masked by the global cell they copy, so
-windows, ``Keep`` faces and padding act on them exactly as on their owners;
-ghost cells beyond a Neumann face are re-filled after every assignment.
+target on a domain ``e - |o|`` cells wide on that side, so each sub-step
+shrinks the extension by the stencil's reach, and after ``k`` sub-steps the
+block's own cells are what ``k`` single steps give, bit for bit (the same
+arithmetic on the same values). Halo cells are masked by the global cell they
+copy, so windows, ``Keep`` faces and padding act on them exactly as on their
+owners; ghost cells beyond a Neumann face are re-filled after every assignment.
 
 Halos per side. A read records its offsets per side (:attr:`Read.sides`: the
-cells it reads below and above the window), and :func:`sources` exchanges only
-those (:func:`pgas.halo.extend` ``sides=``): an upwind step reading ``u[:-1]``
-for ``u[1:]`` sends one slab, up. The extended block keeps its symmetric shape
-(``widths``: the larger side), its unread side zeros that no written cell
-reads. While :func:`pgas.loop.plan.plan` probes a step, :func:`recording_sides`
-follows how far each result reaches per side (:func:`sides_of`), through
-assignments that read each other's results: what a compiled loop exchanges.
+cells it reads below and above the window), and everything follows them per
+side: :func:`sources` extends an array by only those cells (an upwind step
+reading ``u[:-1]`` for ``u[1:]`` sends one slab, up, and keeps no cell above the
+block), the domain is computed per side (:func:`domain_of`), and an extended
+array keeps ``(below, above)`` cells per axis (``GlobalArray.ext``, a
+:data:`pgas.grid.decomposition.Ext`: an int where both sides are equal, so a
+symmetric stencil's program is what it always was). While
+:func:`pgas.loop.plan.plan` probes a step, :func:`recording_sides` follows how
+far each result reaches per side (:func:`sides_of`), through assignments that
+read each other's results: what a compiled loop exchanges and keeps.
 
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
 window) is a :class:`~pgas.globalview.view.Shifted` node. :func:`evaluate`
@@ -75,6 +78,7 @@ from pgas.errors import (
 )
 from pgas.globalview.halo import extend, refill_mirror
 from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
+from pgas.grid.decomposition import Ext, ext_of, ext_sides
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
            "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides",
@@ -247,10 +251,10 @@ def _record(target, reads: list[Read], data) -> None:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Source:
-    """An array's values in the blocks form, extended by ``ext[i]`` cells per side."""
+    """An array's values in the blocks form, extended by ``ext[i] = (below, above)`` cells."""
 
     data: jax.Array
-    ext: tuple[int, ...]
+    ext: Sides
 
 
 def check_dtype(value: np.dtype, target: np.dtype, weak: bool) -> None:
@@ -269,11 +273,16 @@ def check_dtype(value: np.dtype, target: np.dtype, weak: bool) -> None:
         )
 
 
-def blocks_of(array) -> tuple[jax.Array, tuple[int, ...]]:
-    """An array's data in the blocks form, and its extension (zeros for physical data)."""
-    if array.ext is None:
-        return array.layout.to_blocks(array.data), (0,) * array.layout.ndim
-    return array.data, array.ext
+def blocks_of(array) -> tuple[jax.Array, Sides]:
+    """An array's data in the blocks form, and its extension ``(below, above)`` per axis
+    (zeros for physical data)."""
+    data = array.layout.to_blocks(array.data) if array.ext is None else array.data
+    return data, _sides_kept(array)
+
+
+def _sides_kept(array) -> Sides:
+    """The halo cells ``(below, above)`` per axis an array keeps (zeros for physical data)."""
+    return ext_sides(array.ext or ((0, 0),) * array.layout.ndim)
 
 
 def physical_of(array) -> jax.Array:
@@ -281,9 +290,9 @@ def physical_of(array) -> jax.Array:
     if array.ext is None:
         return array.data
     lay, blocks = array.layout, array.data
-    for axis, (e, ax) in enumerate(zip(array.ext, lay.axes)):
-        if e:
-            blocks = jax.lax.slice_in_dim(blocks, e, e + ax.block, axis=2 * axis + 1)
+    for axis, ((below, above), ax) in enumerate(zip(ext_sides(array.ext), lay.axes)):
+        if below or above:
+            blocks = jax.lax.slice_in_dim(blocks, below, below + ax.block, axis=2 * axis + 1)
     return lay.from_blocks(blocks)
 
 
@@ -333,91 +342,70 @@ def collect(target, window: Window, value: View) -> list[Read]:
 
 
 # ---- 2. sources --------------------------------------------------------------------------
-def sources(reads: list[Read], base: tuple[int, ...]) -> dict[int, Source]:
-    """Every array read, extended by its widths plus ``base`` (a halo exchange for physical data).
+def sources(reads: list[Read], base: Sides) -> dict[int, Source]:
+    """Every array read, extended by the sides it is read on (a halo exchange for physical
+    data); an array already extended comes as it is.
 
     ``base`` is the target's extension: inside a deep-halo loop an array that is
-    not part of the loop's state (a constant) is extended as far as the state.
+    not part of the loop's state (a constant) is extended as far as the state, by
+    its larger side plus the larger side of ``base`` on both sides.
     """
     out = {}
+    inside = any(lo or hi for lo, hi in base)
     for read in reads:
         arr = read.array if read.array.ext is not None else _held(read.array)
         if arr.ext is not None:
-            out[id(read.array)] = Source(arr.data, arr.ext)
+            out[id(read.array)] = Source(arr.data, ext_sides(arr.ext))
             continue
         lay = arr.layout
         blocks = lay.to_blocks(arr.data)
-        widths = tuple(h + b for h, b in zip(read.widths, base))
-        # outside frames only the sides read are exchanged (inside, a constant's whole halo)
-        sides = read.per_side() if not any(base) else tuple((h, h) for h in widths)
-        for axis, h in enumerate(widths):
+        sides = read.per_side()
+        if inside:  # a constant: its whole halo (outside frames only the sides read)
+            sides = tuple((h + max(b), h + max(b)) for h, b in zip(read.widths, base))
+        for axis, (below, above) in enumerate(sides):
+            h = max(below, above)
             if h > lay.axes[axis].min_length:  # only inside frames: collect checked the rest
                 raise FrameError(
                     f"an array read inside deep-halo frames would need {h} halo cells on axis "
                     f"{axis}, more than its smallest block ({lay.axes[axis].min_length})"
                 )
             if h:
-                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
-                                lay.block_iota(axis), sides=sides[axis],
-                                trim=filled(lay, widths, sides, axis))  # fmt: skip
-        if sum(h > 0 for h in widths) > 1:
+                blocks = extend(blocks, axis, (below, above), lay.axes[axis],
+                                lay.boundary[axis], lay.block_iota(axis))  # fmt: skip
+        if sum(lo + hi > 0 for lo, hi in sides) > 1:
             # Keeps XLA from folding the slices of the extended block back into its pieces:
             # the stencil then reads only the extended copy and can write its result over
             # the loop buffer (else XLA adds a full copy of the block per step).
             blocks = jax.lax.optimization_barrier(blocks)
-        out[id(arr)] = Source(blocks, widths)
+        out[id(arr)] = Source(blocks, sides)
     return out
 
 
-def filled(
-    layout, widths: tuple[int, ...], sides: Sides, axis: int, later: bool = False
-) -> dict[int, tuple[int, int]] | None:
-    """The cells worth sending along ``axis`` across the other extended axes
-    (:data:`pgas.halo.Trim`): of an earlier axis whose ``widths`` wide halo is only
-    partly filled (``sides``), its block and filled cells; with ``later`` (a buffer
-    whose every axis is extended, :func:`pgas.halo.refill`), of a later axis only
-    its block, as its own exchange comes after and sends the corners. ``None``:
-    nothing to cut.
-
-    >>> import pgas
-    >>> lay = pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout
-    >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 1)
-    {0: (0, 10)}
-    >>> filled(lay, (2, 2), ((2, 0), (1, 1)), 0, later=True)
-    {1: (2, 10)}
-    """
-    trim = {}
-    for j, (w, (lo, hi)) in enumerate(zip(widths, sides)):
-        if j < axis and w and lo + hi < 2 * w:
-            trim[j] = (w - lo, w + layout.axes[j].block + hi)
-        elif j > axis and w and later:
-            trim[j] = (w, w + layout.axes[j].block)
-    return trim or None
-
-
-def domain_of(target, reads: list[Read], found: dict[int, Source]) -> tuple[int, ...]:
-    """Halo cells per side the assignment computes: what every source still covers."""
-    dom = list((0,) * target.layout.ndim if target.ext is None else target.ext)
+def domain_of(target, reads: list[Read], found: dict[int, Source]) -> Sides:
+    """Halo cells ``(below, above)`` the assignment computes: what every source still covers
+    on each side."""
+    dom = [list(p) for p in _sides_kept(target)]
     for read in reads:
-        ext = found[id(read.array)].ext
-        for axis, (e, h) in enumerate(zip(ext, read.widths)):
-            dom[axis] = min(dom[axis], e - h)
+        have = found[id(read.array)].ext
+        for axis, ((lo, hi), (a, b)) in enumerate(zip(have, read.per_side())):
+            dom[axis] = [min(dom[axis][0], lo - a), min(dom[axis][1], hi - b)]
     for read in reads:
         for axis, d in enumerate(dom):
-            if d > 0 and target.layout.periodic(axis) and not read.array.layout.periodic(axis):
+            ahead = max(d) > 0 and target.layout.periodic(axis)
+            if ahead and not read.array.layout.periodic(axis):
                 raise FrameError(
                     f"a periodic array reads a non-periodic one across axis {axis}: its halo "
                     f"cells there stand for cells across the wrap, which the other array's "
                     f"halo does not hold, so they cannot be computed ahead"
                 )
     for axis, d in enumerate(dom):
-        if d < 0:
+        if min(d) < 0:
             raise HaloError(
-                f"the step reads {-d} cell(s) farther across axis {axis} than the halo pgas "
-                f"exchanged for it; the step must read the same cells every time it runs (no "
-                f"Python control flow on data), or run it with steps_per_exchange=1"
+                f"the step reads {-min(d)} cell(s) farther across axis {axis} than the halo "
+                f"pgas exchanged for it; the step must read the same cells every time it runs "
+                f"(no Python control flow on data), or run it with steps_per_exchange=1"
             )
-    return tuple(dom)
+    return tuple((lo, hi) for lo, hi in dom)
 
 
 # ---- 3. evaluate -------------------------------------------------------------------------
@@ -447,19 +435,21 @@ def _crop(data: jax.Array, cut_lo, cut_hi) -> jax.Array:
     return data
 
 
-def evaluate(value: View, window: Window, found: dict[int, Source], domain) -> jax.Array:
-    """The expression's values on the domain (blocks form, ``domain[i]`` halo cells per side).
+def evaluate(value: View, window: Window, found: dict[int, Source], domain: Sides) -> jax.Array:
+    """The expression's values on the domain (blocks form, ``domain[i] = (below, above)``
+    halo cells).
 
-    Values are computed at margins ``(lo, hi)``: cells ``-domain[i] - lo[i]`` to
-    ``block + domain[i] + hi[i]``. A window is a slice of its source; a shift
+    Values are computed at margins ``(lo, hi)``: cells ``-below - lo[i]`` to
+    ``block + above + hi[i]``. A window is a slice of its source; a shift
     of an expression computes the expression at margins moved by the shift.
     """
 
     def values(node: View, lo: tuple[int, ...], hi: tuple[int, ...]) -> jax.Array:
-        if isinstance(node, Leaf):  # the source covers cells -ext to block + ext
+        if isinstance(node, Leaf):  # the source covers cells -below to block + above
             src, at = found[id(node.array)], _minus(node.window.start, window.start)
-            cut = _minus(src.ext, domain)
-            return _crop(src.data, _plus(_minus(cut, lo), at), _minus(_minus(cut, hi), at))
+            below = tuple(e[0] - d[0] for e, d in zip(src.ext, domain))
+            above = tuple(e[1] - d[1] for e, d in zip(src.ext, domain))
+            return _crop(src.data, _plus(_minus(below, lo), at), _minus(_minus(above, hi), at))
         if isinstance(node, Shifted):
             o = _offsets(node, window)
             return values(node.inner, _plus(lo, o), _minus(hi, o))
@@ -478,13 +468,14 @@ def _minus(a, b) -> tuple[int, ...]:
 
 
 # ---- 4. write ----------------------------------------------------------------------------
-def write(target, window: Window, new, reach, domain) -> tuple[jax.Array, tuple[int, ...] | None]:
-    """The target's new data: ``new`` inside the window mask, the old values elsewhere."""
+def write(target, window: Window, new, reach, domain: Sides) -> tuple[jax.Array, Ext | None]:
+    """The target's new data: ``new`` inside the window mask, the old values elsewhere; and
+    its extension (``None`` for physical data)."""
     lay = target.layout
     blocks, ext = blocks_of(target)
-    for axis, (e, d) in enumerate(zip(ext, domain)):
-        if e != d:
-            blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + lay.axes[axis].block + 2 * d,
+    for axis, ((e, _), (lo, hi)) in enumerate(zip(ext, domain)):
+        if ext[axis] != (lo, hi):
+            blocks = jax.lax.slice_in_dim(blocks, e - lo, e + lay.axes[axis].block + hi,
                                           axis=2 * axis + 1)  # fmt: skip
     frame = target.ext is not None
     mask = lay.window_mask(window.start, window.extent, reach, ext=domain if frame else None,
@@ -494,13 +485,13 @@ def write(target, window: Window, new, reach, domain) -> tuple[jax.Array, tuple[
     if not frame:
         return lay.from_blocks(result), None
     for axis, d in enumerate(domain):
-        if d:
+        if any(d):
             result = refill_mirror(result, axis, d, lay.axes[axis], lay.boundary[axis],
                                    lay.block_iota(axis), target.anchor)  # fmt: skip
-    return result, tuple(domain)
+    return result, ext_of(domain)
 
 
-def assign(target, window: Window, value) -> tuple[jax.Array, tuple[int, ...] | None]:
+def assign(target, window: Window, value) -> tuple[jax.Array, Ext | None]:
     """``target[window] = value``: the target's new ``(data, ext)``; see the module docstring."""
     value = as_view(value)
     if isinstance(value, View):
@@ -512,7 +503,7 @@ def assign(target, window: Window, value) -> tuple[jax.Array, tuple[int, ...] | 
     else:
         check_dtype(np.result_type(value), np.dtype(target.dtype), isinstance(value, SCALARS))
     reads = collect(target, window, value) if isinstance(value, View) else []
-    found = sources(reads, target.ext or (0,) * target.layout.ndim)
+    found = sources(reads, _sides_kept(target))
     domain = domain_of(target, reads, found)
     new = evaluate(value, window, found, domain) if isinstance(value, View) else value
     reach = [max([r.widths[a] for r in reads], default=0) for a in range(target.layout.ndim)]

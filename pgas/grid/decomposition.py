@@ -23,7 +23,8 @@ import numpy as np
 
 from pgas.errors import DeviceCountError, HaloError
 
-__all__ = ["BlockAxis", "dims_create", "halo_widths", "halo_sides"]
+__all__ = ["BlockAxis", "dims_create", "halo_widths", "halo_sides", "Ext", "ext_sides", "ext_pair",
+           "ext_of"]  # fmt: skip
 
 
 def halo_widths(halo: int | Sequence[int], ndim: int, name: str = "halo") -> tuple[int, ...]:
@@ -102,6 +103,35 @@ def halo_sides(halo, ndim: int, name: str = "halo") -> tuple[tuple[int, int], ..
             f"each axis), e.g. {name}=1, {name}={(1,) * ndim} or {name}={example}"
         )
     return tuple(pairs)
+
+
+Ext = tuple["int | tuple[int, int]", ...]
+"""Halo cells a block keeps per axis, in the ``halo=`` form: an int where both sides are
+equal, else ``(below, above)`` (what :attr:`pgas.GlobalArray.ext` holds)."""
+
+
+def ext_sides(ext: Ext) -> tuple[tuple[int, int], ...]:
+    """``ext`` as ``(below, above)`` per axis.
+
+    >>> ext_sides((2, (1, 0)))
+    ((2, 2), (1, 0))
+    """
+    return tuple(ext_pair(e) for e in ext)
+
+
+def ext_pair(e: int | tuple[int, int]) -> tuple[int, int]:
+    """One axis's entry of an :data:`Ext` as ``(below, above)``."""
+    return (e, e) if isinstance(e, (int, np.integer)) else (e[0], e[1])
+
+
+def ext_of(sides: Sequence[tuple[int, int]]) -> Ext:
+    """``(below, above)`` per axis in the one form an :data:`Ext` has: an int where both
+    sides are equal, so that a symmetric frame is what it always was.
+
+    >>> ext_of(((2, 2), (1, 0)))
+    (2, (1, 0))
+    """
+    return tuple(lo if lo == hi else (lo, hi) for lo, hi in sides)
 
 
 def dims_create(count: int, ndims: int) -> tuple[int, ...]:

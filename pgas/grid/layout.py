@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pgas.errors import HaloError, LayoutError, MeshError
 from pgas.grid.boundary import Faces, Periodic, normalize_boundary
-from pgas.grid.decomposition import BlockAxis
+from pgas.grid.decomposition import BlockAxis, Ext, ext_sides
 
 __all__ = ["Layout", "make_layout"]
 
@@ -129,9 +129,10 @@ class Layout:
             data = jax.lax.with_sharding_constraint(data, self.sharding)
         return data
 
-    def extended_shape(self, ext: Sequence[int]) -> tuple[int, ...]:
-        """Blocks-form shape with ``ext[i]`` extra cells on both sides of every block."""
-        return tuple(x for a, e in zip(self.axes, ext) for x in (a.parts, a.block + 2 * e))
+    def extended_shape(self, ext: Ext) -> tuple[int, ...]:
+        """Blocks-form shape with ``ext[i]`` extra cells around every block (per side)."""
+        return tuple(x for a, (lo, hi) in zip(self.axes, ext_sides(ext))
+                     for x in (a.parts, a.block + lo + hi))  # fmt: skip
 
     def block_iota(self, axis: int) -> jax.Array:
         """Block number along ``axis``, broadcastable against the blocks form."""
@@ -139,29 +140,32 @@ class Layout:
         shape[2 * axis] = self.axes[axis].parts
         return jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis)
 
-    def cell_iota(self, axis: int, ext: int = 0, anchor: jax.Array | None = None) -> jax.Array:
-        """Cell number inside a block along ``axis`` (``-ext`` for the first halo cell).
+    def cell_iota(self, axis: int, ext: tuple[int, int] = (0, 0),
+                  anchor: jax.Array | None = None) -> jax.Array:  # fmt: skip
+        """Cell number inside a block along ``axis`` extended by ``ext = (below, above)``
+        (``-below`` for the first halo cell).
 
         ``anchor`` (a traced zero, see :class:`pgas.GlobalArray`) is added to it.
         """
+        below, above = ext
         shape = [1] * (2 * self.ndim)
-        shape[2 * axis + 1] = self.axes[axis].block + 2 * ext
+        shape[2 * axis + 1] = self.axes[axis].block + below + above
         iota = jax.lax.broadcasted_iota(jnp.int32, shape, 2 * axis + 1)
-        return iota - ext if anchor is None else iota + (anchor - ext)
+        return iota - below if anchor is None else iota + (anchor - below)
 
     def global_index(
         self,
         axis: int,
         block: jax.Array | None = None,
-        ext: int = 0,
+        ext: tuple[int, int] = (0, 0),
         anchor: jax.Array | None = None,
     ) -> jax.Array:
         """Global (logical) index of every cell along ``axis``, in the blocks form.
 
         ``block`` gives the block number (default: every block, as an iota; the
         explicit path passes its own block number from ``lax.axis_index``);
-        ``ext`` is the extension the blocks carry (halo cells get the indices of
-        the cells they copy, below 0 or from N beyond the domain edges).
+        ``ext`` is the extension ``(below, above)`` the blocks carry (halo cells get
+        the indices of the cells they copy, below 0 or from N beyond the domain edges).
         """
         ax = self.axes[axis]
         b = self.block_iota(axis) if block is None else block
@@ -181,18 +185,20 @@ class Layout:
         extent: Sequence[int],
         widths: Sequence[int],
         block: Sequence[jax.Array] | None = None,
-        ext: Sequence[int] | None = None,
+        ext: Ext | None = None,
         anchor: jax.Array | None = None,
     ) -> jax.Array | None:
         """Cells a write to the window ``[start, start + extent)`` may change.
 
         Excludes padding and, on a ``Keep`` face, the outer
-        ``max(declared halo, widths[axis])`` cells. With ``ext`` (extended
-        blocks) halo cells are judged by the global cell they copy (modulo
-        the size on a periodic axis) and cells beyond a non-periodic domain
-        edge are never written. ``None`` means every cell.
+        ``max(declared halo, widths[axis])`` cells. With ``ext`` (blocks
+        extended by ``ext[i]`` cells per side, :data:`pgas.grid.decomposition.Ext`)
+        halo cells are judged by the global cell they copy (modulo the size on a
+        periodic axis) and cells beyond a non-periodic domain edge are never
+        written. ``None`` means every cell.
         """
         mask = None
+        sides = ext_sides(ext) if ext is not None else ((0, 0),) * self.ndim
         for axis, (lo, e, ax) in enumerate(zip(start, extent, self.axes)):
             hi = lo + e
             keep = max(self.halo[axis] or 0, widths[axis])
@@ -202,12 +208,12 @@ class Layout:
             if high_bc.keeps:
                 hi = min(hi, ax.size - keep)
             b = None if block is None else block[axis]
-            x = 0 if ext is None else ext[axis]
-            terms = [] if (ax.even or x) else [self.valid(axis, b)]
-            ghosts = bool(x) and not low_bc.periodic  # never written
+            x = sides[axis]
+            terms = [] if (ax.even or any(x)) else [self.valid(axis, b)]
+            ghosts = any(x) and not low_bc.periodic  # never written
             if lo > 0 or hi < ax.size or ghosts:
                 g = self.global_index(axis, b, x, anchor)
-                if x and low_bc.periodic:
+                if any(x) and low_bc.periodic:
                     g = g % ax.size
                 terms += [g >= lo] if lo > 0 or ghosts else []
                 terms += [g < hi] if hi < ax.size or ghosts else []

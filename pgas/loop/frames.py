@@ -24,12 +24,12 @@ holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
 extended copy and an intermediate of the single-buffered group).
 
 Halos per side. ``sides`` (:attr:`pgas.loop.plan.Plan.sides`, the step's
-reach ``(below, above)`` per axis) makes every exchange send only ``k`` times
-each side's reach (:func:`pgas.halo.extend`, ``sides=``), and the slabs of a
-later axis only the filled part of the earlier axes' halos. A frame still
-keeps the larger side's width on both sides (``GlobalArray.ext`` is one width
-per axis): the unread side's cells are zeros no block's own cell reads, and
-are held in memory. ``None``: both sides, the symmetric exchange.
+reach ``(below, above)`` per axis) makes every frame keep and exchange only
+``k`` times each side's reach (``GlobalArray.ext`` holds ``(below, above)``
+where the sides differ, :data:`pgas.grid.decomposition.Ext`): an upwind step
+keeps no ghost cell above its blocks, in a single-buffered frame or in the two
+buffers of a double-buffered loop, and its slabs of a later axis carry only
+the cells kept of the earlier ones. ``None``: both sides, the symmetric frame.
 
 Frames per field. A single-buffered group of one step (``k = 1``, the
 remainder steps of a loop at ``k > 1``) frames each field by how far one step
@@ -55,8 +55,9 @@ import jax.numpy as jnp
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill
-from pgas.globalview.lower import anchor_of, blocks_of, filled, holding, physical_of
+from pgas.globalview.lower import anchor_of, blocks_of, holding, physical_of
 from pgas.globalview.view import View
+from pgas.grid.decomposition import Ext, ext_of, ext_pair, ext_sides
 from pgas.grid.mesh import platform_of
 
 __all__ = [
@@ -74,14 +75,18 @@ __all__ = [
     "double_group",
     "read_only",
     "loop_inputs",
+    "frame_ext",
 ]
 
 State = Any
 Sides = tuple[tuple[int, int], ...]
 
 
-def _scaled(sides: Sides | None, k: int) -> Sides | None:
-    return None if sides is None else tuple((k * lo, k * hi) for lo, hi in sides)
+def frame_ext(widths: tuple[int, ...], sides: Sides | None, k: int) -> Ext:
+    """The halo a frame for ``k`` steps keeps: ``k`` times the step's reach per side
+    (``sides``, or ``widths`` on both sides)."""
+    reach = sides or tuple((w, w) for w in widths)
+    return ext_of(tuple((k * lo, k * hi) for lo, hi in reach))
 
 
 def _is_array(x) -> bool:
@@ -139,19 +144,18 @@ def hold(mesh, halo: tuple[int, ...]) -> bool:
     return platform_of(mesh) == "cpu" or sum(h > 0 for h in halo) > 1
 
 
-def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
-           sides: Sides | None = None,
+def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
            fields: tuple[Sides, ...] | None = None) -> State:  # fmt: skip
-    """Every field extended by ``halo[i]`` cells per side: one exchange per split axis.
+    """Every field extended by ``halo[i]`` cells (an int: on both sides, else ``(below,
+    above)``): one exchange per split axis, only the cells kept.
 
     The extended blocks are built by a concatenate, held behind an optimization
     barrier where that helps (:func:`hold`), so that the sub-steps read only
     them. ``anchor`` is a zero tied to the loop counter (see
-    :class:`pgas.GlobalArray`). ``sides``: the cells exchanged ``(below, above)``
-    per axis, each at most ``halo[i]`` (the rest of the halo is zeros); default
-    all of it. ``fields``: each field's own ``sides`` (in the order of the state's
-    fields, :attr:`pgas.loop.plan.Plan.fields`), its halo the larger side; a field
-    read at no offset is its plain block, with nothing exchanged.
+    :class:`pgas.GlobalArray`). ``fields``: each field's own reach ``(below,
+    above)`` per axis instead (in the order of the state's fields,
+    :attr:`pgas.loop.plan.Plan.fields`); a field read at no offset is its plain
+    block, with nothing exchanged.
     """
     if fields is not None:
         found, tree = jax.tree.flatten(state, is_leaf=_is_array)
@@ -162,29 +166,26 @@ def frames(state: State, halo: tuple[int, ...], anchor: jax.Array | None = None,
     def one(g: GlobalArray) -> GlobalArray:
         lay = g.layout
         blocks, ext = blocks_of(g)
-        if any(ext):
+        if any(lo or hi for lo, hi in ext):
             raise PgasError("internal: frames() takes fields without halo")
-        own = tuple(halo[: lay.ndim])
-        fill = tuple((h, h) for h in own) if sides is None else tuple(sides[: lay.ndim])
-        for axis, h in enumerate(own):
-            if h:
-                blocks = extend(blocks, axis, h, lay.axes[axis], lay.boundary[axis],
-                                lay.block_iota(axis), sides=fill[axis],
-                                trim=filled(lay, own, fill, axis))  # fmt: skip
-        if hold(lay.mesh, halo[: lay.ndim]):
+        own = ext_sides(halo[: lay.ndim])
+        for axis, (below, above) in enumerate(own):
+            if below or above:
+                blocks = extend(blocks, axis, (below, above), lay.axes[axis],
+                                lay.boundary[axis], lay.block_iota(axis))  # fmt: skip
+        if hold(lay.mesh, tuple(lo + hi for lo, hi in own)):
             blocks = jax.lax.optimization_barrier(blocks)
-        return GlobalArray(blocks, lay, tuple(halo[: lay.ndim]), anchor)
+        return GlobalArray(blocks, lay, ext_of(own), anchor)
 
     return jax.tree.map(_fields(one), state, is_leaf=_is_array)
 
 
 def _framed_field(g: GlobalArray, sides: Sides, anchor: jax.Array | None = None) -> GlobalArray:
-    """One field framed for a reach of ``sides``: its halo the larger side per axis, only
-    ``sides`` exchanged; a field read at no offset is its plain block, nothing exchanged."""
-    halo = tuple(max(lo, hi) for lo, hi in sides)
-    if not any(halo):
-        return GlobalArray(blocks_of(g)[0], g.layout, halo, anchor)
-    return frames(g, halo, anchor, sides)
+    """One field framed for a reach of ``sides``: only those cells kept and exchanged; a
+    field read at no offset is its plain block, nothing exchanged."""
+    if not any(lo or hi for lo, hi in sides):
+        return GlobalArray(blocks_of(g)[0], g.layout, ext_of(sides), anchor)
+    return frames(g, ext_of(sides), anchor)
 
 
 def cores(state: State) -> State:
@@ -218,7 +219,7 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int,
     ``widths=None`` (a step no frame can hold, see :func:`pgas.plan.plan`): one
     step on the physical fields, each assignment exchanging its own halo.
     ``sides``: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`);
-    only ``k`` times that is exchanged. ``fields``: each field's reach for one
+    only ``k`` times that is kept and exchanged. ``fields``: each field's reach for one
     step (:attr:`pgas.loop.plan.Plan.fields`), its frame at ``k = 1`` (a field
     read at no offset is not extended); ``k > 1`` frames every field alike.
     """
@@ -230,7 +231,7 @@ def group(body: Callable, widths: tuple[int, ...] | None, k: int,
     def group(state, counter=None):
         anchor = None if counter is None else anchor_of(counter)
         own = fields if k == 1 else None  # k > 1: every field framed alike
-        s = frames(state, tuple(k * w for w in widths), anchor, _scaled(sides, k), own)
+        s = frames(state, frame_ext(widths, sides, k), anchor, own)
         for _ in range(k):
             s = body(s)
         return cores(s)
@@ -262,8 +263,9 @@ def double_buffered(mesh) -> bool:
     return platform_of(mesh) == "cpu"
 
 
-def framed(state: State, halo: tuple[int, ...]) -> State:
-    """Every field in its blocks form with room for ``halo[i]`` cells per side (zeros).
+def framed(state: State, halo: Ext) -> State:
+    """Every field in its blocks form with room for ``halo[i]`` cells (zeros; an int: on
+    both sides, else ``(below, above)``).
 
     What a double-buffered loop carries; :func:`double_group` fills the halo.
 
@@ -272,46 +274,60 @@ def framed(state: State, halo: tuple[int, ...]) -> State:
     >>> f = framed(u, (2,))
     >>> f.ext, f.data.tolist()
     ((2,), [[0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0]])
+    >>> framed(u, ((2, 0),)).data.tolist()
+    [[0.0, 0.0, 0.0, 1.0, 2.0, 3.0]]
     """
 
     def one(g: GlobalArray) -> GlobalArray:
         lay = g.layout
         data, ext = blocks_of(g)
-        if any(ext):
+        if any(lo or hi for lo, hi in ext):
             raise PgasError("internal: framed() takes fields without halo")
+        own = ext_sides(halo[: lay.ndim])
         cfg = [(0, 0, 0)] * data.ndim
-        for axis, h in enumerate(halo[: lay.ndim]):
-            cfg[2 * axis + 1] = (h, h, 0)
+        for axis, (below, above) in enumerate(own):
+            cfg[2 * axis + 1] = (below, above, 0)
         data = jax.lax.pad(data, jnp.zeros((), data.dtype), cfg)
         if lay.mesh.size > 1:
             data = jax.lax.with_sharding_constraint(data, lay.blocks_sharding)
-        return GlobalArray(data, lay, tuple(halo[: lay.ndim]))
+        return GlobalArray(data, lay, ext_of(own))
 
     return jax.tree.map(_fields(one), state, is_leaf=_is_array)
 
 
-def _seen(g: GlobalArray, ext: tuple[int, ...], data, anchor) -> GlobalArray:
+def _seen(g: GlobalArray, ext: Ext, data, anchor) -> GlobalArray:
     """``data`` (a buffer of ``g``'s extension) seen with extension ``ext`` (a static slice)."""
-    for axis, (have, want) in enumerate(zip(g.ext, ext)):
-        if have != want:
-            size = g.layout.axes[axis].block + 2 * want
-            data = jax.lax.slice_in_dim(data, have - want, have - want + size, axis=2 * axis + 1)
-    return GlobalArray(data, g.layout, tuple(ext), anchor)
+    want = ext_sides(ext)
+    for axis, (have, (below, above)) in enumerate(zip(ext_sides(g.ext), want)):
+        if have != (below, above):
+            end = have[0] + g.layout.axes[axis].block + above
+            data = jax.lax.slice_in_dim(data, have[0] - below, end, axis=2 * axis + 1)
+    return GlobalArray(data, g.layout, ext_of(want), anchor)
 
 
-def _refresh(g: GlobalArray, widths: tuple[int, ...], transport=None,
-             sides: Sides | None = None) -> jax.Array:  # fmt: skip
-    """``g``'s buffer with the innermost ``widths[i]`` halo cells per side exchanged (only
-    ``sides[i]`` = ``(below, above)`` of them, when given)."""
+def _refresh(g: GlobalArray, transport=None, corners_later: bool = False) -> jax.Array:
+    """``g``'s buffer with its whole halo exchanged in place; ``corners_later``: the slabs of
+    each axis carry only the block's cells of the later axes, whose own exchange comes after
+    and sends the corners."""
     lay, data = g.layout, g.data
-    own = tuple(widths[: lay.ndim])
-    fill = tuple((w, w) for w in own) if sides is None else tuple(sides[: lay.ndim])
-    for axis, w in enumerate(own):
-        if w:
-            data = refill(data, axis, w, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
-                          transport, sides=fill[axis],
-                          trim=filled(lay, g.ext, fill, axis, later=sides is not None))  # fmt: skip
+    for axis, e in enumerate(g.ext):
+        if any(ext_pair(e)):
+            trim = _later(lay, g.ext, axis) if corners_later else None
+            data = refill(data, axis, e, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
+                          transport, trim)  # fmt: skip
     return data
+
+
+def _later(layout, ext: Ext, axis: int) -> dict[int, tuple[int, int]] | None:
+    """Of every extended axis after ``axis``, the block's cells (:data:`pgas.halo.Trim`).
+
+    >>> import pgas
+    >>> _later(pgas.zeros((8, 8), pgas.make_mesh(("y",), devices=1)).layout, (2, (1, 0)), 0)
+    {1: (1, 9)}
+    """
+    trim = {j: (lo, lo + layout.axes[j].block)
+            for j, (lo, hi) in enumerate(ext_sides(ext)) if j > axis and lo + hi}  # fmt: skip
+    return trim or None
 
 
 def refreshed(state: State) -> State:
@@ -323,17 +339,17 @@ def refreshed(state: State) -> State:
     """
 
     def one(g: GlobalArray) -> GlobalArray:
-        return GlobalArray(_refresh(g, g.ext), g.layout, g.ext)
+        return GlobalArray(_refresh(g), g.layout, g.ext)
 
     return jax.tree.map(_fields(one), state, is_leaf=_is_array)
 
 
-def _place(buffer: jax.Array, data: jax.Array, have, ext) -> jax.Array:
+def _place(buffer: jax.Array, data: jax.Array, have: Ext, ext: Ext) -> jax.Array:
     """``data`` (extension ``ext``) written into ``buffer`` (extension ``have``) at its place:
     a dynamic-update-slice, which XLA fuses with the sub-step and does in place."""
     start = [0] * data.ndim
-    for axis, (h, e) in enumerate(zip(have, ext)):
-        start[2 * axis + 1] = h - e
+    for axis, (h, e) in enumerate(zip(ext_sides(have), ext_sides(ext))):
+        start[2 * axis + 1] = h[0] - e[0]
     return jax.lax.dynamic_update_slice(buffer, data, start)
 
 
@@ -351,17 +367,17 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
     runs groups in pairs otherwise). ``transport``: how slabs travel
     (:data:`pgas.halo.Transport`; default the global-view shift). Benchmarks pass
     one that keeps each block's own slab, to time the same work without exchange.
-    ``sides``: the step's reach per side; ``k`` times it is exchanged (the groups'
-    ``k`` for a single step too, as the whole halo is), the rest stays as it is.
+    ``sides``: the step's reach per side; the buffers keep and exchange ``k`` times it
+    (the groups' ``k`` for a single step too, as the whole halo is exchanged).
     """
-    reach = tuple(k * w for w in widths)
+    reach = frame_ext(widths, sides, k)
 
     def group(pair, counter=None):
         anchor = None if counter is None else anchor_of(counter)
         xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
         spare = [y.data for y in tree.flatten_up_to(pair[1])]
-        # the whole halo (or k * sides of it), written in place
-        now = [_refresh(x, x.ext, transport, _fill(x, widths, sides)) for x in xs]
+        # the whole halo, written in place
+        now = [_refresh(x, transport, sides is not None) for x in xs]
         ext = [reach[: x.layout.ndim] for x in xs]
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
@@ -377,15 +393,6 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         return tree.unflatten(fields), tree.unflatten(others)
 
     return group
-
-
-def _fill(x: GlobalArray, widths: tuple[int, ...], sides: Sides | None) -> Sides | None:
-    """What a buffer made for ``k`` steps (``x.ext = k * widths``) exchanges for a step of
-    reach ``sides``: ``k * sides``."""
-    if sides is None:
-        return None
-    return tuple((e // w * lo, e // w * hi) if w else (0, 0)
-                 for e, w, (lo, hi) in zip(x.ext, widths, sides))  # fmt: skip
 
 
 # ---- read-only fields ---------------------------------------------------------------------

@@ -47,10 +47,10 @@ Halos per side. The reach is also recorded per side of each axis
 (:attr:`Plan.sides`: the cells a step reads below and above each block,
 through assignments that read each other's results), and a loop exchanges
 only those, ``k`` times over (:attr:`Plan.exchanged`): an upwind step that
-reads one cell below sends one slab of ``k`` cells, up. The frames keep their
-symmetric width (:attr:`Plan.halo`, the larger side); the cells no side fills
-are never read by a block's own cells. A symmetric stencil's plan is what it
-always was.
+reads one cell below sends one slab of ``k`` cells, up, and its frames keep
+those ``k`` cells below each block and none above (:mod:`pgas.loop.frames`).
+:attr:`Plan.halo` stays the larger side per axis. A symmetric stencil's plan
+is what it always was.
 
 Frames per field. The same trace records, for every field of the state and
 every read-only field of ``params``, how far one step reads it per side
@@ -81,6 +81,7 @@ from pgas.errors import FrameError, HaloError, PgasError, whole_number
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.lower import needs_of, recording_sides, sides_of
 from pgas.globalview.reduce import traced_reductions
+from pgas.grid.decomposition import ext_sides
 from pgas.grid.mesh import platform_of
 from pgas.loop.frames import double_buffered, frames, step_fn
 from pgas.loop.scalars import has_scalars
@@ -450,8 +451,8 @@ def _reach(step, state, probe: tuple[int, ...], params=None):
         widths = [0] * len(probe)
         for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, GlobalArray)):
             if isinstance(leaf, GlobalArray) and leaf.ext is not None:
-                for axis, (p, e) in enumerate(zip(size, leaf.ext)):
-                    widths[axis] = max(widths[axis], p - e)
+                for axis, (p, e) in enumerate(zip(size, ext_sides(leaf.ext))):
+                    widths[axis] = max(widths[axis], p - min(e))
         return widths, size, _per_side(widths, found), tuple(fields)
 
     def answer(measured, why):

@@ -70,6 +70,7 @@ from pgas.loop import kept
 from pgas.loop.frames import (
     blocks,
     double_group,
+    frame_ext,
     framed,
     group,
     loop_inputs,
@@ -170,7 +171,8 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
             (:func:`captured`), part of the key so that a rebound array gives a
             new program, never a stale one.
         sides: the step's reach per side (:attr:`pgas.loop.plan.Plan.sides`): only ``k``
-            times each side's reach is exchanged; ``None``: both sides of ``widths``.
+            times each side's reach is kept and exchanged; ``None``: both sides of
+            ``widths``.
         fields, inputs: each field's and read-only field's frame for a single-buffered
             step (:attr:`pgas.loop.plan.Plan.fields`, :attr:`~pgas.loop.plan.Plan.inputs`);
             ``None``: the state's.
@@ -295,7 +297,7 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
     nothing is copied; after an odd number of steps (its parity is static: a
     program per parity) the result is the second buffer.
     """
-    halo = tuple(k * w for w in widths)
+    halo = frame_ext(widths, sides, k)
     pairs = 2 if k % 2 else 1
 
     def spare(state):

@@ -25,10 +25,12 @@ cells come out bitwise equal to ``k`` single steps.
 
 Halos per side: ``halo`` may give, per axis, the cells the kernel reads below
 and above, ``halo=((1, 0),)`` for an upwind step. The kernel then receives the
-block with ``below`` cells before it and ``above`` after it per axis, and
-returns its input less those (``e[1:]``); only those sides are exchanged, as
-on the automatic path (:attr:`pgas.loop.plan.Plan.sides`). An int or one
-width per axis means both sides, as before.
+block with ``below`` cells before it and ``above`` after it per axis (``m``
+times that in the frame of deep halos, ``m`` the sub-steps left), and returns
+its input less ``below`` / ``above`` (``e[1:]``); only those sides are kept and
+exchanged, as on the automatic path (:attr:`pgas.loop.plan.Plan.sides`): the
+frame keeps ``k * (below, above)`` cells, none on a side not read. An int or
+one width per axis means both sides, as before.
 
 The halo exchange is :func:`pgas.halo.extend`, the same code the automatic path
 uses, with ``ppermute`` instead of the global-view shift as transport; both
@@ -51,10 +53,10 @@ from jax.sharding import PartitionSpec
 from pgas.errors import HaloError, PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill_mirror
-from pgas.globalview.lower import anchor_of, check_dtype, filled
+from pgas.globalview.lower import anchor_of, check_dtype
 from pgas.globalview.reduce import reproducible_kind, reproducible_psum
 from pgas.globalview.view import normalize_index
-from pgas.grid.decomposition import halo_sides
+from pgas.grid.decomposition import Ext, ext_pair, halo_sides
 from pgas.grid.layout import Layout
 from pgas.grid.mesh import platform_of
 from pgas.grid.schedule import check_steps
@@ -98,7 +100,7 @@ def _sides(layout: Layout, halo: Halo) -> Sides:
 
 
 def _widths(layout: Layout, halo: Halo) -> tuple[int, ...]:
-    """The larger side of ``halo`` per axis: the frame's width."""
+    """The larger side of ``halo`` per axis (what a ``Keep`` face keeps, the plan's widths)."""
     return tuple(max(p) for p in _sides(layout, halo))
 
 
@@ -126,18 +128,16 @@ def _ppermute(name: str | None, parts: int, periodic: bool):
     return move
 
 
-def _extended(block: jax.Array, layout: Layout, widths: tuple[int, ...], numbers,
-              sides: Sides | None = None) -> jax.Array:  # fmt: skip
-    """The local block in blocks form ``(1, b0 + 2 h0, 1, b1 + 2 h1, ...)`` with its halo;
-    with ``sides`` only ``(below, above)`` of each axis's halo is exchanged (the rest zeros)."""
+def _extended(block: jax.Array, layout: Layout, ext: Ext, numbers) -> jax.Array:
+    """The local block in blocks form ``(1, b0 + below0 + above0, 1, ...)`` with the halo
+    ``ext`` (:data:`pgas.grid.decomposition.Ext`: an int per axis for both sides, else
+    ``(below, above)``); only the cells kept are exchanged."""
     blocks = block.reshape(tuple(x for n in block.shape for x in (1, n)))
-    fill = sides or tuple((h, h) for h in widths)
-    for axis, h in enumerate(widths):
-        if h:
+    for axis, e in enumerate(ext):
+        if any(ext_pair(e)):
             ax, faces = layout.axes[axis], layout.boundary[axis]
             move = _ppermute(layout.spec[axis], ax.parts, faces[0].periodic)
-            blocks = extend(blocks, axis, h, ax, faces, numbers[axis], transport=move,
-                            sides=fill[axis], trim=filled(layout, widths, fill, axis))  # fmt: skip
+            blocks = extend(blocks, axis, e, ax, faces, numbers[axis], transport=move)
     return blocks
 
 
@@ -171,29 +171,16 @@ def exchange_halo(block: jax.Array, layout: Layout, halo: Halo) -> jax.Array:
     >>> np.asarray(f(u.data)).tolist()
     [3.0, 0.0, 1.0, 2.0, 3.0]
     """
-    sides = _sides(layout, halo)
-    widths = tuple(max(p) for p in sides)
-    ext = _extended(block, layout, widths, _block_numbers(layout), _asymmetric(sides))
-    ext = _inside(ext, widths, sides, (0,) * len(widths))
+    ext = _extended(block, layout, _sides(layout, halo), _block_numbers(layout))
     return ext.reshape(ext.shape[1::2])
-
-
-def _inside(blocks: jax.Array, ext: tuple[int, ...], sides: Sides, dom: tuple[int, ...]):
-    """Of blocks extended by ``ext`` per side, the cells from ``dom + below`` before each block
-    to ``dom + above`` after it (along ``sides``)."""
-    for axis, (e, (lo, hi), d) in enumerate(zip(ext, sides, dom)):
-        if lo != hi or d + lo != e:
-            n = blocks.shape[2 * axis + 1]
-            blocks = jax.lax.slice_in_dim(blocks, e - d - lo, n - (e - d - hi), axis=2 * axis + 1)
-    return blocks
 
 
 def _local_update(kernel: Kernel, layout: Layout, sides: Sides, region, k: int) -> Callable:
     """``k`` kernel steps on one exchange of a halo ``k * sides`` wide (see the module doc).
 
-    The frame is ``k`` times the larger side wide on both sides (only ``k * sides`` of it
-    exchanged); each sub-step gives the kernel the cells it reads around a domain that
-    shrinks by the larger side, so the kernel sees ``below`` / ``above`` cells around it.
+    The frame keeps ``k`` times each side's reach, ``k * (below, above)`` per axis, all of
+    it exchanged; each sub-step gives the kernel the whole frame and keeps what it returns,
+    a frame narrower by ``(below, above)``.
     """
     window = normalize_index(region if region is not None else (), layout.shape)
     if not all(window.kept):
@@ -204,16 +191,14 @@ def _local_update(kernel: Kernel, layout: Layout, sides: Sides, region, k: int) 
     def update(block, counter=None):
         numbers = _block_numbers(layout)
         anchor = None if counter is None else anchor_of(counter)
-        ext = tuple(k * h for h in widths)
-        fill = None if one_sided is None else tuple((k * lo, k * hi) for lo, hi in sides)
-        blocks = _extended(block, layout, ext, numbers, fill)
-        if hold(layout.mesh, ext):  # built once, read by the kernel alone (as in pgas.run)
-            blocks = jax.lax.optimization_barrier(blocks)
+        ext = tuple((k * lo, k * hi) for lo, hi in sides)
+        blocks = _extended(block, layout, ext, numbers)
+        if hold(layout.mesh, tuple(lo + hi for lo, hi in ext)):  # built once, read by the
+            blocks = jax.lax.optimization_barrier(blocks)  # kernel alone (as in pgas.run)
         for _ in range(k):
-            dom = tuple(e - h for e, h in zip(ext, widths))
-            given = _inside(blocks, ext, sides, dom)
-            new = kernel(given.reshape(given.shape[1::2]))
-            want = tuple(n + 2 * d for n, d in zip(block.shape, dom))
+            dom = tuple((e - lo, f - hi) for (e, f), (lo, hi) in zip(ext, sides))
+            new = kernel(blocks.reshape(blocks.shape[1::2]))
+            want = tuple(n + lo + hi for n, (lo, hi) in zip(block.shape, dom))
             if new.shape != want:
                 shown = widths if one_sided is None else sides
                 raise HaloError(
@@ -229,11 +214,15 @@ def _local_update(kernel: Kernel, layout: Layout, sides: Sides, region, k: int) 
     return update
 
 
-def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers, anchor) -> jax.Array:
-    """The kernel's values inside the update mask, the old ones elsewhere; ghosts re-filled."""
-    for axis, (e, d) in enumerate(zip(ext, dom)):
-        if e != d:
-            blocks = jax.lax.slice_in_dim(blocks, e - d, e - d + layout.axes[axis].block + 2 * d,
+def _merge(blocks, new, layout: Layout, window, widths, ext: Sides, dom: Sides, numbers,
+           anchor) -> jax.Array:  # fmt: skip
+    """The kernel's values inside the update mask, the old ones elsewhere; ghosts re-filled.
+
+    ``blocks`` keep ``ext`` cells ``(below, above)`` per axis, ``new`` and the result
+    ``dom``."""
+    for axis, ((e, _), (lo, hi)) in enumerate(zip(ext, dom)):
+        if ext[axis] != dom[axis]:
+            blocks = jax.lax.slice_in_dim(blocks, e - lo, e + layout.axes[axis].block + hi,
                                           axis=2 * axis + 1)  # fmt: skip
     new = new.astype(blocks.dtype).reshape(blocks.shape)
     numbers = [b.reshape(()) for b in numbers]
@@ -241,7 +230,7 @@ def _merge(blocks, new, layout: Layout, window, widths, ext, dom, numbers, ancho
                               anchor=anchor)  # fmt: skip
     out = new if mask is None else jnp.where(mask, new, blocks)
     for axis, d in enumerate(dom):
-        if d:
+        if any(d):
             out = refill_mirror(out, axis, d, layout.axes[axis], layout.boundary[axis],
                                 numbers[axis], anchor)  # fmt: skip
     return out
@@ -394,7 +383,7 @@ def _param_specs(fields: tuple) -> tuple[PartitionSpec, ...]:
 def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) -> Callable:
     """``call(fn, e, *more)``: ``fn(e, params, *more)`` (``fn(e, *more)`` without params).
 
-    Shared by :func:`program`, :func:`until_program` and :func:`state_until_program` (``e``
+    Shared by :func:`program`, :func:`until_program` and :class:`_StateStep` (``e``
     a state dict: the shape of its fields' blocks). Inside ``shard_map``, once per
     run: each field leaf is extended by the deep halo, ``k`` times ``sides`` (the sides the
     kernel reads, as the state's frame), one exchange; every call hands the kernel the part
@@ -403,15 +392,12 @@ def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) ->
     """
     if tree is None:
         return lambda fn, e, *more: fn(e, *more)
-    widths = tuple(max(p) for p in sides)
-    deep = tuple(k * w for w in widths)
-    one_sided = _asymmetric(sides)
-    fill = None if one_sided is None else tuple((k * lo, k * hi) for lo, hi in one_sided)
+    deep = tuple((k * lo, k * hi) for lo, hi in sides)
     numbers = _block_numbers(layout)
     ext = []
     for x, lay in zip(leaves, fields):
         if lay is not None:
-            x = _extended(x, lay, deep, numbers, fill)
+            x = _extended(x, lay, deep, numbers)
             x = x.reshape(x.shape[1::2])
         ext.append(x)
 
@@ -424,13 +410,14 @@ def _given(leaves, tree, fields: tuple, layout: Layout, sides: Sides, k: int) ->
     return call
 
 
-def _fit(ext: jax.Array, shape: tuple[int, ...], sides: Sides, deep: tuple[int, ...]):
-    """Of a field's block extended by ``deep`` per side, the part aligned with a state block
-    of ``shape``: ``shape - below - above`` centred cells with ``below`` / ``above`` around."""
+def _fit(ext: jax.Array, shape: tuple[int, ...], sides: Sides, deep: Sides):
+    """Of a field's block extended by ``deep`` cells ``(below, above)``, the part aligned with
+    a state block of ``shape``: the block with ``m`` times ``sides`` around it (a state's
+    frame keeps a whole number of reaches per side)."""
     cut = []
-    for n, s, (lo, hi), d in zip(ext.shape, shape, sides, deep):
-        dom = (s - (n - 2 * d) - lo - hi) // 2  # the state's frame beyond the kernel's halo
-        cut.append(slice(d - dom - lo, d - dom - lo + s))
+    for n, s, (lo, hi), (d, e) in zip(ext.shape, shape, sides, deep):
+        m = (s - (n - d - e)) // (lo + hi) if lo + hi else 0
+        cut.append(slice(d - m * lo, d - m * lo + s))
     return ext[tuple(cut)]
 
 
@@ -807,27 +794,21 @@ class _StateStep:
             raise HaloError("region must be slices (integers would drop an axis); use i:i+1")
         self.sides = halo_sides(widths, first.ndim)
         self.widths = tuple(max(p) for p in self.sides)
+        self.zero = ((0, 0),) * first.ndim
         self.kernel, self.keys, self.layouts = kernel, keys, layouts
         self.numbers = _block_numbers(first)
         self.call = _given(leaves, tree, fields, first, self.sides, 1)
         self.reduce = _reducer(first, self.window, self.widths, self.numbers)
 
     def _blocks(self, values) -> dict:
-        """Each field in blocks form with its halo (only ``sides`` of it filled)."""
-        fill = _asymmetric(self.sides)
-        return {k: v if lay is None else _extended(v, lay, self.widths, self.numbers, fill)
+        """Each field in blocks form with its halo (``sides``)."""
+        return {k: v if lay is None else _extended(v, lay, self.sides, self.numbers)
                 for k, v, lay in zip(self.keys, values, self.layouts)}  # fmt: skip
 
     def _seen(self, blocks: dict) -> dict:
         """The kernel's view of ``blocks``: each field's block with its halo, the scalars."""
-        out = {}
-        for k, lay in zip(self.keys, self.layouts):
-            x = blocks[k]
-            if lay is not None:
-                x = _inside(x, self.widths, self.sides, (0,) * lay.ndim)
-                x = x.reshape(x.shape[1::2])
-            out[k] = x
-        return out
+        return {k: blocks[k] if lay is None else blocks[k].reshape(blocks[k].shape[1::2])
+                for k, lay in zip(self.keys, self.layouts)}  # fmt: skip
 
     def view(self, values) -> dict:
         """What a check reads: the view of ``values`` (each field's halo exchanged)."""
@@ -844,9 +825,8 @@ class _StateStep:
             if lay is None:
                 out.append(jnp.asarray(new[k]).astype(v.dtype))
                 continue
-            zero = (0,) * lay.ndim
-            merged = _merge(blocks[k], new[k], lay, self.window, self.widths, self.widths, zero,
-                            self.numbers, None)  # fmt: skip
+            merged = _merge(blocks[k], new[k], lay, self.window, self.widths, self.sides,
+                            self.zero, self.numbers, None)  # fmt: skip
             out.append(merged.reshape(v.shape))
         return tuple(out)
 

@@ -1,12 +1,16 @@
-"""Halos per side: a one-sided stencil exchanges only the side it reads.
+"""Halos per side: a one-sided stencil exchanges and keeps only the side it reads.
 
 Upwind steps in 1-D and 2-D and a stencil reading two cells on one side, on
 2 and 4 devices, at k = 1, at the default k and at a k that does not divide
 the steps: the compiled loop runs one collective-permute per split axis and
-exchange, its bytes equal the per-side ideal (written out here), and the
-results equal NumPy bit for bit (every coefficient a power of two, so XLA's
-fused multiply-adds round as NumPy does).
+exchange, its bytes equal the per-side ideal (written out here), its frames
+keep no ghost cell on a side not read, and the results equal NumPy bit for
+bit (every coefficient a power of two, so XLA's fused multiply-adds round as
+NumPy does).
 """
+
+import math
+import re
 
 import numpy as np
 import pytest
@@ -32,6 +36,40 @@ STENCILS_1D = {
 
 def _permutes(report):
     return [c for c in report.per_step if c.kind == "collective-permute"]
+
+
+def _largest(hlo: str) -> int:
+    """Cells of the largest f64 array of a compiled program: a field's frame (at k = 1 the
+    extended copy a group builds, at k > 1 the two buffers the loop carries)."""
+    return max(math.prod(int(d) for d in dims.split(","))
+               for dims in re.findall(r"f64\[([\d,]+)\]", hlo))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(STENCILS_1D))
+@pytest.mark.parametrize("n, devices, block", [(4097, 2, 2049), (4099, 4, 1025)])  # padded
+def test_one_sided_1d_frames_keep_one_side(name, n, devices, block):
+    from pgas.loop.timeloop import compiled
+
+    step, _, (below, above), bc = STENCILS_1D[name]
+    u = pgas.from_numpy(np.zeros(n), pgas.make_mesh(("x",), devices=devices), boundary=bc)
+    for k in (1, "auto"):
+        kk = pgas.plan.plan(step, u, k).steps_per_exchange
+        assert (kk == 1) == (k == 1)
+        assert _largest(compiled(step, u, k).as_text()) == block + kk * below + kk * above
+
+
+@pytest.mark.parametrize("devices, names, blocks", [(2, ("y",), (128, 256)),
+                                                    (4, ("y", "x"), (128, 128))])  # fmt: skip
+def test_upwind_2d_frames_keep_one_side_per_axis(devices, names, blocks):
+    from pgas.loop.timeloop import compiled
+
+    mesh = pgas.make_mesh(names, devices=devices)
+    u = pgas.from_numpy(np.zeros((256, 256)), mesh, boundary=pgas.Dirichlet(1.0))
+    by, bx = blocks
+    for k in (1, "auto"):
+        kk = pgas.plan.plan(upwind2d, u, k).steps_per_exchange
+        assert (kk == 1) == (k == 1)
+        assert _largest(compiled(upwind2d, u, k).as_text()) == (by + kk) * (bx + kk)
 
 
 @pytest.mark.parametrize("name", list(STENCILS_1D))

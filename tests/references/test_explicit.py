@@ -1,6 +1,7 @@
 """The explicit ppermute path: bitwise equal to the automatic path, same collectives."""
 
 import helpers
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import stencils
@@ -119,6 +120,27 @@ def test_one_sided_explicit_equals_numpy_and_auto(name, n, devices):
         np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
     auto = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=bc), 23)
     np.testing.assert_array_equal(auto.to_numpy(), want)
+
+
+def test_one_sided_explicit_frame_keeps_one_side():
+    """The frame of ``halo=((1, 0),)`` keeps ``k`` cells below the block and none above."""
+    import math
+    import re
+
+    kernel, halo, region, bc, _, reference = ONE_SIDED["upwind"]
+    x0 = np.random.default_rng(5).random(4097)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    for k in (1, "auto"):
+        u = pgas.from_numpy(x0, mesh, boundary=bc)
+        kk = explicit.choose(u, halo, k).steps_per_exchange
+        assert (kk == 1) == (k == 1)
+        prog = explicit.program(kernel, u.layout, halo, explicit.region_key(region), kk)
+        hlo = prog.lower(u.data, jnp.int32(23)).compile().as_text()
+        largest = max(math.prod(int(d) for d in dims.split(","))
+                      for dims in re.findall(r"f64\[([\d,]+)\]", hlo))  # fmt: skip
+        assert largest == 2049 + kk  # the padded block of 4097 cells on 2 devices, k below
+        out = explicit.run(kernel, u, 23, halo=halo, region=region, steps_per_exchange=k)
+        np.testing.assert_array_equal(out.to_numpy(), reference(x0, 23), err_msg=f"k = {k}")
 
 
 def test_one_sided_with_a_field_param_equals_auto():
