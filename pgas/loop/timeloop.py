@@ -43,8 +43,10 @@ traced. Reverse mode uses rematerialised segments (:func:`_segments`): a scan
 over segments of about ``sqrt(steps)`` steps, each under ``jax.checkpoint``, so
 the state is stored at segment boundaries only and one segment at a time is
 recomputed: about ``2 sqrt(steps)`` stored states for one extra forward pass.
-The loop's derivative is that of the same loop with loop-invariant masks
-(:func:`_differentiable`), so nothing per step is stored for a linear step.
+The loop's derivative is that of the same loop run one step per exchange with
+loop-invariant masks (:func:`_differentiable`; the same bits at every ``k``), so
+nothing per step is stored for a linear step and no deep-halo group is
+transposed.
 This two-level schedule, rather than a binomial (treeverse) one, because it
 is two nested ``lax.scan``s XLA compiles as loops, keeps every segment on
 deep-halo group boundaries (a group replays whole), and its memory was
@@ -737,29 +739,38 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     held = tuple(c for c in keys if not isinstance(c.obj, jax.core.Tracer))
     prog = program(step, k, how.widths, every, observe, how.double, None, params is not None,
                    held, **_sides(how))  # fmt: skip
-    return _differentiable(prog.inline, state, steps, params, _segment(remat_every, steps, unit))
+    # the derivative differentiates one step per exchange, single-buffered (the same bits):
+    # a deep-halo group's transpose cost more than k single steps' (benchmarks/README.md)
+    one = how if k == 1 and not how.double else make_plan(step, state, 1, double=False,
+                                                          params=params)  # fmt: skip
+    single = prog if one is how else program(step, 1, one.widths, every, observe, False, None,
+                                             params is not None, held, **_sides(one))  # fmt: skip
+    forward = functools.partial(prog.inline, segment=_segment(remat_every, steps, unit))
+    derivative = functools.partial(single.inline, segment=_segment(remat_every, steps, 1))
+    return _differentiable(forward, derivative, state, steps, params)
 
 
-def _differentiable(inline: Callable, state, steps, params, segment):
-    """``inline(state, steps, params, segment, tied)``: the tied loop, and the untied one's
-    derivative (see :func:`_tie`).
+def _differentiable(forward: Callable, derivative: Callable, state, steps, params):
+    """``forward(state, steps, params, tied=True)``, differentiated as
+    ``derivative(state, steps, params, tied=False)`` (see :func:`_tie`).
 
     A ``jax.custom_jvp`` whose primal is the loop with its masks tied to the
     counter (as fast as the standalone run under ``jit``) and whose rule is the
-    ``jvp`` of the same loop untied, so that forward and reverse mode see
-    loop-invariant masks: reverse mode computes them once rather than storing
-    one per step. Both give the same bits. Values the step reads from the
-    enclosing scope (a coefficient the caller differentiates) cross the
-    boundary as arguments (``jax.closure_convert``), so their derivatives are
-    kept; ``steps`` stays as the caller gave it (a static count, or a traced one
-    for forward use).
+    ``jvp`` of the derivative's loop untied, so that forward and reverse mode
+    see loop-invariant masks: reverse mode computes them once rather than
+    storing one per step. ``derivative`` runs one step per exchange: its
+    transpose is cheaper than a deep-halo group's, and every ``k`` gives the
+    same bits. Values the step reads from the enclosing scope (a coefficient
+    the caller differentiates) cross the boundary as arguments
+    (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
+    the caller gave it (a static count, or a traced one for forward use).
     """
 
-    def loop(tied: bool) -> Callable:
-        return lambda s, p: inline(s, steps, p, segment, tied)
+    def loop(inline: Callable, tied: bool) -> Callable:
+        return lambda s, p: inline(s, steps, p, tied=tied)
 
-    tied, consts = jax.closure_convert(loop(True), state, params)
-    untied, others = jax.closure_convert(loop(False), state, params)
+    tied, consts = jax.closure_convert(loop(forward, True), state, params)
+    untied, others = jax.closure_convert(loop(derivative, False), state, params)
     n = len(consts)
 
     @jax.custom_jvp
