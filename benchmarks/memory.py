@@ -7,10 +7,10 @@ Each case runs ``mpiexec -n P python examples/<x>.py --distributed ... --json --
 (MPICH from PyPI) from a fresh launcher process that reads
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` once the job has ended: the peak
 resident memory of the largest process of the job. The same case at a tiny size
-(heat1d n = 1001, Life 64x256) gives the baseline (JAX and the imports), and the
+(heat1d n = 1001, Life 64x256), with the same options (output included), gives the
+baseline (JAX, the imports, the output's writer and compiled programs), and the
 table reports ``(peak - baseline) / local block``: how many copies of its block
-one process held at its peak (the baseline is taken once per example, backend,
-process count and form, without output). Writes ``memory.json`` and a Markdown table
+one process held at its peak. Writes ``memory.json`` and a Markdown table
 (``memory.md``) to ``--out``.
 """
 
@@ -126,12 +126,14 @@ def main(argv: list[str] | None = None) -> dict:
                     dtype = "float64"
                     kw = dict(packed=packed, out=path, dtype=dtype)
                     try:
-                        key = (example, backend, p, packed)
-                        if key not in baselines:  # the tiny run, without output
-                            small = dict(kw, out=None)
+                        key = (example, backend, p, packed, bool(store))
+                        if key not in baselines:  # the same run at the tiny size
+                            small = dict(kw, out=path and f"{path}.tiny.zarr")
                             baselines[key] = peak_rss(
                                 case_cmd(example, p, backend, tiny[example], **small)
                             )
+                            if path:
+                                subprocess.run(["rm", "-rf", small["out"]], check=False)
                         base = baselines[key]
                         peak = peak_rss(case_cmd(example, p, backend, sizes[example], **kw))
                     except Exception as err:  # noqa: BLE001 - reported in the table

@@ -29,7 +29,9 @@ store chunks at a time (decoded row by row), checkpoints block by block; the
 checksum (:func:`pgas.io.checksum.checksum`) and the final diagnostics are
 computed from each process's blocks and combined with one small reduction.
 Freed buffers go back to the system (:func:`pgas.runtime.memory.return_freed_buffers`,
-called by :func:`pgas.app.platform.start`). Nothing gathers the field unless
+called by :func:`pgas.app.platform.start`), and so does the memory XLA's compiler
+freed, once the comm report and the warm-up have compiled
+(:func:`pgas.runtime.memory.trim_freed_memory`). Nothing gathers the field unless
 asked: ``run(..., gather=True)`` puts the whole decoded field in
 :attr:`Result.field` (on every process for ``auto`` and ``explicit``, on rank 0
 for ``mpi``), at the cost of the whole field on each of them.
@@ -52,6 +54,7 @@ from pgas.app.problem import Problem
 from pgas.app.results import Result
 from pgas.errors import PgasError
 from pgas.loop.plan import Plan
+from pgas.runtime.memory import trim_freed_memory
 
 __all__ = [
     "run",
@@ -389,6 +392,7 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     handover = bool(every or ck_every or progress.on)  # a callback between chunks
     plan = backend.plan(problem, u, opts.steps_per_exchange)
     report = backend.comm(problem, u, plan)  # compiles only: the state is not consumed
+    trim_freed_memory()  # what the compiler freed, given back before the run's buffers exist
     attrs = _attrs(problem, opts, backend, session.platform, session.device_kind, mesh.size,
                    jax.process_count(), dict(mesh.shape), plan, start)  # fmt: skip
     if ck_every and start == 0 and left and _snapshot_every(opts):
@@ -534,6 +538,7 @@ def _timed(problem, backend: Backend, plan: Plan, held: list, left: int, chunk, 
         del u
         jax.block_until_ready(warm)
         del warm
+        trim_freed_memory()  # the loop's compilation: freed, not resident under the run
         u = again()
     before = stream.seconds if stream else 0.0
     t0 = time.perf_counter()

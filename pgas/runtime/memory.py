@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["DEFAULT_THRESHOLD", "return_freed_buffers"]
+__all__ = ["DEFAULT_THRESHOLD", "return_freed_buffers", "trim_freed_memory"]
 
 #: allocations from this size (bytes) up get their own mapping
 DEFAULT_THRESHOLD = 1 << 20
@@ -54,11 +54,38 @@ def return_freed_buffers(threshold: int | None = None) -> bool:
             ) from None
     if threshold <= 0:
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False  # not glibc (or no C library by that name): nothing to set
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, min(int(threshold), 2**31 - 1)))
+
+
+def trim_freed_memory() -> bool:
+    """Give the free memory of the C library's heaps back to the system (``malloc_trim``).
+
+    Returns:
+        True if glibc released memory, False if there was none to release or the C
+        library is not glibc.
+
+    >>> import numpy as np
+    >>> pieces = [np.ones(64) for _ in range(100_000)]  # small buffers: from the heap
+    >>> del pieces
+    >>> isinstance(trim_freed_memory(), bool)
+    True
+    """
+    trim = _glibc("malloc_trim")
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(trim(0))
+
+
+def _glibc(function: str):
+    """``function`` of the C library if it is glibc's (it has ``mallopt``), else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.mallopt  # noqa: B018 - glibc's (musl and macOS have none)
+        return getattr(libc, function)
+    except (OSError, AttributeError, TypeError):
+        return None
