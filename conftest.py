@@ -46,7 +46,9 @@ def pytest_report_header(config):
 # loadgroup``): two multi-process runs never compete for the cores, ports or a Slurm
 # cluster, while the in-process tests run beside them on both workers. A test launches
 # when its source, or that of a module-level function or fixture it names (at any
-# depth), matches; a test whose source cannot be found counts as launching.
+# depth), matches; a test whose source cannot be found counts as launching. A test marked
+# ``one_process`` starts a single process of its own (Sphinx, a script under other XLA flags):
+# no launcher, no ports, so it runs on either worker like the in-process tests.
 _LAUNCHES = re.compile(r"subprocess|mpiexec|MPIEXEC|srun|slurm|kill_after|run_example")
 
 
@@ -82,6 +84,8 @@ def pytest_collection_modifyitems(config, items):
             modules[path] = _launching(item.path) if path.endswith(".py") else (set(), True, set())
         found, module, known = modules[path]
         name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        if item.get_closest_marker("one_process"):
+            continue
         if name in found or (name not in known and module):
             item.add_marker(pytest.mark.xdist_group("processes"))
 

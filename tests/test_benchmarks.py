@@ -72,6 +72,7 @@ def test_tiny_run_writes_results_and_plots(tmp_path):
                 assert r["peak_over_block"] > 0
 
 
+@pytest.mark.one_process
 def test_gpu_benchmark_runs_its_forms_and_writes_its_section(tmp_path):
     """benchmarks/gpu.py on CPU devices (its --platform cpu): every form bitwise, one table."""
     out = tmp_path / "gpu"
@@ -102,6 +103,7 @@ def test_gpu_benchmark_runs_its_forms_and_writes_its_section(tmp_path):
     assert "| life | 4096 | 1 | 8 | auto_separable |" in text
 
 
+@pytest.mark.one_process
 def test_memory_benchmark_reads_the_peak_of_the_child_from_outside():
     """benchmarks/memory.py's launcher sees a child's peak, not its own (a 256 MiB array)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.one_process
 @pytest.mark.slow
 def test_docs_build_with_warnings_as_errors(tmp_path):
     out = tmp_path / "html"

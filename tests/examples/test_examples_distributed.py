@@ -83,22 +83,39 @@ def _same_store(single: Path, multi: Path, var: str, steps: int) -> None:
                 np.testing.assert_allclose(a[name].values, b[name].values, rtol=1e-12)
 
 
+_EXAMPLES = {
+    "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u"),
+    "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board"),
+}
+
+
+@pytest.fixture(scope="module")
+def single_process_runs(tmp_path_factory):
+    """Each example's single-process run and store, made once for the process counts."""
+    made = {}
+
+    def get(example: str):
+        if example not in made:
+            main, _, args, _, _ = _EXAMPLES[example]
+            single = tmp_path_factory.mktemp(example) / "single.zarr"
+            made[example] = main([*args, "--devices", "1", "--json", "--quiet", "--out",
+                                  str(single), "--snapshot-every", "10"]), single  # fmt: skip
+        return made[example]
+
+    return get
+
+
 @needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("example", ["heat1d", "life"])
-def test_mpiexec_run_equals_single_process(example, n, tmp_path, capsys):
+def test_mpiexec_run_equals_single_process(example, n, tmp_path, single_process_runs):
     """Every process writes its own blocks of each snapshot into one .zarr store: the store
     equals a single-process run's, snapshot by snapshot and bitwise."""
-    main, script, args, ref, var = {
-        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u"),
-        "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board"),
-    }[example]
+    _, script, args, ref, var = _EXAMPLES[example]
     steps = int(args[args.index("--steps") + 1])
-    single, multi = tmp_path / "single.zarr", tmp_path / f"{example}.zarr"
-    main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),
-          "--snapshot-every", "10"])  # fmt: skip
-    one = last_json(capsys.readouterr().out)
+    one, single = single_process_runs(example)
+    multi = tmp_path / f"{example}.zarr"
     assert one["checksum"] == checksum(ref())
     extra = ["--verbose"] if n == 4 else []
     r = _mpiexec(n, script, *args, "--json", "--quiet", "--out", str(multi), "--snapshot-every",

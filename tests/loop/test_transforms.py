@@ -274,6 +274,7 @@ for i, c in enumerate(np.asarray(cs)):
 """
 
 
+@pytest.mark.one_process
 def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
     """The ulp above is XLA's CPU backend contracting a multiply-add (FMA) in one program
     and another in the next: with FMA instructions off (``--xla_cpu_max_isa=AVX``), vmap,

@@ -279,6 +279,7 @@ def test_cg_on_auto_and_explicit_same_iterations_and_bits_on_every_mesh():
     np.testing.assert_allclose(seen[0][0], want, rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.one_process
 def test_cg_on_auto_and_explicit_without_fma_bitwise_equal_to_numpy():
     """With XLA's FMAs off (``--xla_cpu_max_isa=AVX``, one process) auto and explicit CG on
     2x2 and 3x1 devices give NumPy's iterations and bits, so MPI's (the next test); so does
