@@ -9,12 +9,13 @@ steps, so ``steps_taken`` is a multiple of ``check_every`` (or ``max_steps``),
 and the state is bitwise equal to ``pgas.run(step, state, steps_taken)``.
 Nothing returns to Python between checks.
 
-``check_every="auto"`` weighs a check against a step: the model takes a check
-to cost about one step (a pass over a field and one synchronisation) and
-checks every 16 steps (rounded to whole deep-halo groups); a step that computes
-a reduction itself (CG) synchronises every step anyway, so it is checked every
-step. The result says which value ran. Measured checks cost more than the
-model's one step (benchmarks/README.md, "Iterative solvers").
+``check_every="auto"`` weighs a check against a step: a check (a halo
+refresh, a pass over the fields and one synchronising all-reduce) was measured
+at about 3.5 steps of the double-buffered Jacobi loop, so the loop checks every
+:data:`CHECK_COST_STEPS` = 64 steps (rounded to whole deep-halo groups), a few %
+of the run; a step that computes a reduction itself (CG) synchronises every step
+anyway, so it is checked every step. The result says which value ran
+(benchmarks/README.md, "Iterative solvers").
 
 Reaching ``max_steps`` without convergence is reported: ``result.converged``
 is ``False`` and a :class:`NonConvergenceWarning` is issued. Reverse mode
