@@ -22,6 +22,7 @@ _CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"]
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 import pgas  # noqa: E402
 
@@ -72,11 +73,10 @@ def _launching(path) -> tuple[set[str], bool, set[str]]:
     return found, bool(_LAUNCHES.search(text)), set(sources)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the nodeid
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    import pytest
-
     modules: dict[str, tuple] = {}
     for item in items:
         path = str(item.path)
@@ -88,6 +88,23 @@ def pytest_collection_modifyitems(config, items):
             continue
         if name in found or (name not in known and module):
             item.add_marker(pytest.mark.xdist_group("processes"))
+
+
+def pytest_runtest_setup(item):
+    """Under ``--dist loadgroup`` a grouped test must carry its group in its node id, which is
+    how pytest-xdist schedules a group on one worker; fail it, saying why, if it does not."""
+    if (
+        "PYTEST_XDIST_WORKER" in os.environ
+        and item.config.getvalue("loadgroup")
+        and item.get_closest_marker("xdist_group")
+        and "@" not in item.nodeid
+    ):
+        pytest.fail(
+            "pytest-xdist did not group this test, which launches processes: such tests would "
+            "run on both workers at once. pyproject.toml pins a pytest whose node ids "
+            "pytest-xdist can group; reinstall with make test",
+            pytrace=False,
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
