@@ -23,7 +23,7 @@ def problems(draw):
     return names, mesh_shape, shape, h, bc, draw(st.integers(0, 2**31 - 1))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.data())
 def test_window_update_matches_numpy(problem, data):
     names, mesh_shape, shape, h, bc, seed = problem
