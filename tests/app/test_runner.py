@@ -158,3 +158,14 @@ def test_packed_and_byte_life_have_one_checksum():
     for p in (packed_p, byte_p):
         r = runner.run(p, RunOptions(steps=3, devices=4))  # 2x2 blocks, uneven words
         assert r.checksum == want, p.name
+
+
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_memory_the_compiler_freed_is_given_back_before_the_run(backend, monkeypatch):
+    """The runner trims glibc's heaps once the comm report and once the warm-up have compiled
+    (pgas.runtime.memory.trim_freed_memory), and the result is the same."""
+    calls = []
+    monkeypatch.setattr(runner, "trim_freed_memory", lambda: calls.append(1) or True)
+    r = runner.run(heat_problem(), RunOptions(steps=5, devices=2, backend=backend))
+    assert len(calls) == 2
+    assert r.checksum == checksum(heat_reference(203, 5))
