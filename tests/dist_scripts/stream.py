@@ -2,7 +2,7 @@
 
     mpiexec -n P python stream.py OUT.zarr --n N --every K --snapshots S
         [--also OUT2.nc] [--dtype float32] [--backend auto|mpi] [--comm] [--ckpt DIR --ckpt-every C
-        [--sleep-after M] [--restart]]
+        [--sleep-after M] [--restart]] [--stats FILE]
 
 Writes S snapshots (steps 0, K, ..., (S-1)*K) of the heat step of tests/stencils.py
 through pgas.snapshots.SnapshotWriter, `pgas.run` computing K steps between writes
@@ -12,13 +12,18 @@ passes MPI.COMM_WORLD to the writer (JAX path).
 With --ckpt a checkpoint is saved every C steps after the write of that step;
 --sleep-after M prints SLEEPING after the M-th write and sleeps (the test kills
 the job); --restart continues from the checkpoint and appends to the store.
+--stats FILE: every process writes its peak RSS (KiB) and the peak of memory
+NumPy allocated while streaming (tracemalloc, bytes) to FILE.<rank>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import sys
 import time
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +63,7 @@ def parse(argv):
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--sleep-after", type=int, default=0)
     p.add_argument("--restart", action="store_true")
+    p.add_argument("--stats")
     return p.parse_args(argv)
 
 
@@ -99,6 +105,7 @@ def run_auto(args) -> tuple[int, int]:
 
         comm = MPI.COMM_WORLD
     writer = Writers(args, block_chunks(u.layout.axes), info.process_count, start, comm)
+    tracemalloc.start()
     last = (args.snapshots - 1) * args.every
     for s in range(start, last + 1, args.every):
         if s > start:
@@ -121,6 +128,7 @@ def run_mpi(args) -> tuple[int, int]:
     lo, hi = (1 if region[0].start == 0 else 0), (1 if region[0].stop == args.n else 0)
     half, quarter = ext.dtype.type(0.5), ext.dtype.type(0.25)
     writer = Writers(args, block_chunks(grid.axes), grid.size, 0, grid.comm)
+    tracemalloc.start()
     for s in range(0, (args.snapshots - 1) * args.every + 1, args.every):
         for _ in range(args.every if s else 0):
             mpi.exchange_halo(ext, grid, 1, pgas.Keep())
@@ -147,7 +155,12 @@ def main(argv=None) -> int:
 
     args = parse(argv)
     with abort_on_error():  # one failing process ends the launch instead of hanging it
-        rank, _ = (run_mpi if args.backend == "mpi" else run_auto)(args)
+        rank, size = (run_mpi if args.backend == "mpi" else run_auto)(args)
+    if args.stats:
+        peak = tracemalloc.get_traced_memory()[1]
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with open(f"{args.stats}.{rank}.json", "w") as f:
+            json.dump({"rank": rank, "size": size, "rss_kib": rss, "traced_peak": peak}, f)
     if rank == 0:
         print("DONE", flush=True)
     return 0

@@ -83,12 +83,6 @@ def _same_store(single: Path, multi: Path, var: str, steps: int) -> None:
                 np.testing.assert_allclose(a[name].values, b[name].values, rtol=1e-12)
 
 
-_EXAMPLES = {
-    "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u"),
-    "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board"),
-}
-
-
 @needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.parametrize("example", ["heat1d", "life"])
@@ -97,7 +91,10 @@ def test_mpiexec_run_equals_single_process(example, tmp_path):
     the store equals a single-process run's, snapshot by snapshot and bitwise (2 processes
     write one store in the restart, memory and checkpoint tests below)."""
     n = 4
-    main, script, args, ref, var = _EXAMPLES[example]
+    main, script, args, ref, var = {
+        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u"),
+        "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board"),
+    }[example]
     steps = int(args[args.index("--steps") + 1])
     single, multi = tmp_path / "single.zarr", tmp_path / f"{example}.zarr"
     one = main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),

@@ -7,6 +7,7 @@ with NumPy (the same arithmetic as a single-process run).
 """
 
 import errno
+import json
 import sys
 
 import numpy as np
@@ -343,6 +344,39 @@ def test_sigkill_then_restart_on_other_process_count(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "RESTART from step 20 on 3 process(es)" in r.stdout
     assert_store(path, [0, 5, 10, 15, 20, 25, 30, 35])
+
+
+@needs_mpiexec
+@pytest.mark.slow
+def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
+    """A 16 MB field on 2 processes: 16 snapshots instead of 2 add less than 3 fields
+    (48 MB) to the peak RSS of every process; holding each snapshot's block would add 14
+    blocks (112 MB), gathering them 14 fields. MALLOC_ARENA_MAX=1 keeps glibc's
+    per-thread arenas (a fixed cost, not growth) out of the comparison, and a fixed
+    MALLOC_MMAP_THRESHOLD_ gives every buffer over 1 MB back to the system when freed,
+    so the peak RSS counts live memory, not what glibc's heap keeps for later."""
+    n, field = 4_000_003, 4_000_003 * 4
+    peaks = {}
+    for count in (2, 16):
+        stats = tmp_path / f"stats{count}"
+        r = common.mpiexec(2, str(STREAM), str(tmp_path / f"m{count}.zarr"), "--n", str(n),
+                           "--every", "2", "--snapshots", str(count), "--stats", str(stats),
+                           timeout=240, MALLOC_ARENA_MAX="1",
+                           MALLOC_MMAP_THRESHOLD_="1048576")  # fmt: skip
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        peaks[count] = [json.loads((tmp_path / f"stats{count}.{k}.json").read_text())
+                        for k in range(2)]  # fmt: skip
+    for a, b in zip(peaks[2], peaks[16]):
+        grew = (b["rss_kib"] - a["rss_kib"]) * 1024
+        print(f"process {a['rank']}: peak RSS {a['rss_kib']} -> {b['rss_kib']} KiB, NumPy "
+              f"peak {a['traced_peak']} -> {b['traced_peak']} B")  # fmt: skip
+        assert grew < 3 * field, (a, b)
+        # what NumPy allocated while streaming: flat too (one block more at most: 14 blocks
+        # more if the blocks of every snapshot were kept)
+        assert b["traced_peak"] < a["traced_peak"] + field, (a, b)
+    with xr.open_zarr(tmp_path / "m16.zarr") as ds:
+        assert ds.sizes["time"] == 16
+        assert ds["u"][15].values.tobytes() == expected_heat([30], n)[0].tobytes()
 
 
 def test_a_stream_copies_each_snapshot_into_the_same_host_blocks(tmp_path):
