@@ -208,13 +208,14 @@ def extend(
         left, right = (receive(*edges(blocks, axis, w, grid, block_number), axis, grid, faces,
                                block_number, direction, transport) if w else None
                        for w, direction in ((below, 1), (above, -1)))  # fmt: skip
-    ext = _join([left, blocks, right], ca)
-    if not grid.even:
-        nb = blocks.shape[ca]
-        body, pad = _take(blocks, ca, 0, nb - 1), _take(blocks, ca, nb - 1, nb)
-        short = _join([left, body, right, pad], ca)
-        ext = jnp.where(block_number >= grid.extra, short, ext)
-    return ext
+    if grid.even or right is None:
+        return _join([left, blocks, right], ca)  # a short block's padding cell is last already
+    # a short block's right halo sits before its padding cell (its last cell): only the tail
+    # (last cell and halo, w + 1 cells) depends on the block, not a second extended array
+    nb = blocks.shape[ca]
+    body, last = _take(blocks, ca, 0, nb - 1), _take(blocks, ca, nb - 1, nb)
+    tail = jnp.where(block_number >= grid.extra, _join([right, last], ca), _join([last, right], ca))
+    return _join([left, body, tail], ca)
 
 
 def _join(pieces: list, axis: int) -> jax.Array:

@@ -59,6 +59,16 @@ def test_refill_writes_what_extend_builds(n, parts, bc, inner):
         assert np.isnan(got[b, :cut]).all()  # nothing outside the innermost w is written
 
 
+def test_uneven_blocks_are_extended_by_one_concatenation():
+    """A short block's halo sits before its padding cell; only that tail differs from a
+    long block's, so the extended array is built once (not once per block length)."""
+    grid, bc = BlockAxis(10, 4), pgas.Dirichlet(0.0)  # blocks of 3, 3, 2, 2
+    blocks, number = jnp.zeros((4, 3, 5)), jnp.arange(4).reshape(4, 1, 1)
+    jaxpr = jax.make_jaxpr(lambda b: extend(b, 0, 1, grid, (bc, bc), number))(blocks).jaxpr
+    whole = [e for e in jaxpr.eqns if e.outvars[0].aval.shape == (4, 5, 5)]
+    assert [e.primitive.name for e in whole] == ["concatenate"]
+
+
 def test_edges_skip_the_padding_of_short_blocks():
     grid = BlockAxis(5, 2)  # blocks of 3 and 2 cells, stored as 3
     blocks = jnp.array([[0.0, 1.0, 2.0], [3.0, 4.0, 99.0]])
