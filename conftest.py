@@ -31,6 +31,20 @@ jax.config.update("jax_enable_x64", True)
 jax.devices()  # start the backend now: in-process runs of the examples cannot change the count
 
 
+@pytest.fixture
+def compiles():
+    """The XLA compilations of this test so far (their durations), from JAX's monitoring."""
+    seen = []
+
+    def listen(event, secs, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
 def pytest_report_header(config):
     import mpi4py
     from mpi4py import MPI

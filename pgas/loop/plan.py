@@ -93,6 +93,7 @@ __all__ = [
     "model",
     "choose_steps_per_exchange",
     "check_steps_per_exchange",
+    "signature",
 ]
 
 AUTO = "auto"
@@ -218,6 +219,9 @@ class Plan:
             a single-buffered step (see the module docstring). ``None``: every
             field the state's frame.
         inputs: the same for the read-only fields of ``params``, in their order.
+        reduces: the step computes a reduction (an all-reduce of a scalar each
+            step): it runs at ``k = 1``, and :func:`pgas.run_until` checks it
+            every step.
     """
 
     widths: tuple[int, ...] | None
@@ -228,6 +232,7 @@ class Plan:
     sides: tuple[tuple[int, int], ...] | None = None
     fields: tuple[tuple[tuple[int, int], ...], ...] | None = None
     inputs: tuple[tuple[tuple[int, int], ...], ...] | None = None
+    reduces: bool = False
 
     @property
     def frames(self) -> dict:
@@ -311,13 +316,23 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
     >>> plan(accumulate, (u, u.copy()), steps_per_exchange=1).fields
     (((1, 0),), ((0, 0),))
     """
+    requested = check_steps_per_exchange(steps_per_exchange)
+    return _plan(step, (*signature((state, params)), requested, double), state, params)
+
+
+def signature(tree) -> tuple:
+    """``(treedef, shapes and dtypes)`` of a pytree: what a trace of it depends on (layouts
+    are in the treedef).
+
+    >>> import numpy as np
+    >>> signature((np.zeros(3), 0.5))[1]
+    (((3,), 'float64'), ((), 'float'))
+    """
     import jax
 
-    requested = check_steps_per_exchange(steps_per_exchange)
-    leaves, treedef = jax.tree.flatten((state, params))
-    shapes = tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__))) for x in leaves)
-    key = (treedef, shapes, requested, double)
-    return _plan(step, key, state, params)
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__)))
+                          for x in leaves)  # fmt: skip
 
 
 def _plan(step, key, state, params) -> Plan:
@@ -355,21 +370,22 @@ def _trace(step, state, requested, double, params=None) -> Plan:
     platform = platform_of(arrays[0].layout.mesh)
     before = traced_reductions()
     widths, held, why, sides, per_field = _reach(step, state, probe, params)
+    reduces = traced_reductions() > before  # a reduction inside the step
     if widths is not None:
         fields, inputs = _framed(step, state, params, widths, sides, per_field)
-    if widths is not None and traced_reductions() > before:  # a reduction inside the step
+    if widths is not None and reduces:
         note = (
             "k = 1, no deep halos: the step computes a reduction (one all-reduce of a "
             "scalar per step), which needs every cell of the grid up to date each step"
         )
         return Plan(tuple(widths), Choice(1, requested, note if requested != 1 else ""),
-                    (*widths,), platform, sides=sides, fields=fields,
-                    inputs=inputs)  # fmt: skip
+                    (*widths,), platform, sides=sides, fields=fields, inputs=inputs,
+                    reduces=True)  # fmt: skip
     if has_scalars(state):
         double = False  # scalars in the state: the single-buffered loop carries them
     if widths is None:  # no frame holds the step: one step per iteration, halos per assignment
         note = f"k = 1, no deep halos: {why}" if requested == AUTO or requested > 1 else ""
-        return Plan(None, Choice(1, requested, note), (0,) * ndim, platform)
+        return Plan(None, Choice(1, requested, note), (0,) * ndim, platform, reduces=reduces)
     double = double_buffered(arrays[0].layout.mesh) if double is None else double
     choice = choose_steps_per_exchange(requested, probe, widths, platform, double)
     cap = min((p // w for p, w in zip(held, widths) if w), default=None)

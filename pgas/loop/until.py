@@ -38,17 +38,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from pgas.errors import PgasError
-from pgas.globalview.reduce import traced_reductions
 from pgas.loop import kept
-from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
+from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange, signature
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
-from pgas.loop.timeloop import _check_params, _sides, captured, program
+from pgas.loop.timeloop import _check_params, _Same, _sides, captured, program
 
 __all__ = [
     "run_until",
     "Until",
     "NonConvergenceWarning",
+    "SameCode",
     "choose_check_every",
     "check_args",
     "check_state_steps",
@@ -60,6 +60,59 @@ State = Any
 #: an all-reduce that synchronises every device) costs a few steps, a few % of 64
 #: (benchmarks/README.md, "Iterative solvers")
 CHECK_COST_STEPS = 64
+
+
+class SameCode:
+    """A function compared by what it computes: its code, defaults and closure values.
+
+    ``converged`` is often made anew for every call (``lambda u: pgas.max(abs(u)) <
+    tol``, or a factory's closure over ``tol``); compared by identity, each would
+    compile a new program. Two functions of the same code whose defaults and closure
+    cells hold equal values of the same types (numbers, strings, tuples of them, other
+    functions by identity) compute the same, so they share one. A function with an
+    unhashable cell (an array: it may be rebound) or without code is compared by
+    identity, as before.
+
+    >>> make = lambda tol: (lambda u: u < tol)
+    >>> SameCode(make(1e-8)) == SameCode(make(1e-8)), SameCode(make(1e-8)) == SameCode(make(1))
+    (True, False)
+    """
+
+    __slots__ = ("fn", "key")
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.key = _code_key(fn)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SameCode) and self.key == other.key
+
+
+def _code_key(fn: Callable):
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return _Same(fn)
+    try:
+        cells = tuple(_typed(c.cell_contents) for c in fn.__closure__ or ())
+        defaults = tuple(_typed(d) for d in fn.__defaults__ or ())
+        key = (code, cells, defaults, _typed(tuple(sorted((fn.__kwdefaults__ or {}).items()))))
+        hash(key)
+    except (TypeError, ValueError):  # an unhashable value, an empty cell
+        return _Same(fn)
+    return key
+
+
+def _typed(value):
+    """``value`` with its type (1 and 1.0 are equal, but a step computes with them apart)."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_typed(v) for v in value))
+    return (type(value), value)
 
 
 class NonConvergenceWarning(UserWarning):
@@ -158,8 +211,12 @@ def check_state_steps(steps_per_exchange) -> None:
         )
 
 
-def _check_converged(converged: Callable, state, params) -> None:
-    """``converged`` returns a scalar boolean (traced once, nothing runs)."""
+def _check_converged(converged: SameCode, state, params) -> None:
+    """``converged`` returns a scalar boolean (traced once per function and state signature,
+    nothing runs)."""
+    key = (converged, signature((state, params)))
+    if key in _CHECKED:
+        return
     try:
         out = jax.eval_shape(lambda s, p: _call(converged, s, p), state, params)
     except PgasError:
@@ -172,6 +229,12 @@ def _check_converged(converged: Callable, state, params) -> None:
             f"converged returned {got}; it must return a scalar boolean, e.g. "
             f"lambda s: pgas.max(abs(s['r'])) < 1e-8 (a comparison of a reduction)"
         )
+    if len(_CHECKED) > 256:
+        _CHECKED.clear()
+    _CHECKED.add(key)
+
+
+_CHECKED: set = set()  # (converged, signature) pairs that returned a scalar boolean
 
 
 def _call(converged: Callable, state, params):
@@ -316,15 +379,14 @@ def run_until(
     check_args(max_steps, check_every, steps_per_exchange)
     _check_params(params)
     check_state(state)
-    before = traced_reductions()
     how = make_plan(step, state, steps_per_exchange, params=params)
-    reductions = "reduction" in how.note or _reduces(step, state, params, before)
-    every, note = choose_check_every(check_every, how.steps_per_exchange, reductions)
+    every, note = choose_check_every(check_every, how.steps_per_exchange, how.reduces)
     if every % how.steps_per_exchange:  # "auto" k: lowered to divide check_every
         k = math.gcd(every, how.steps_per_exchange)
         how = make_plan(step, state, k, params=params)
-    _check_converged(converged, state, params)
     keys = captured(step) + captured(converged)
+    converged = SameCode(converged)  # one program for a converged made anew per call
+    _check_converged(converged, state, params)
     loop = _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
                  int(max_steps), params is not None, keys,
                  tuple(sorted(_sides(how).items())))  # fmt: skip
@@ -347,15 +409,6 @@ def warn_not_converged(max_steps: int, every: int, stacklevel: int = 2) -> None:
         f"{every} steps); raise max_steps, loosen the tolerance, or check the problem",
         NonConvergenceWarning, stacklevel=stacklevel + 1,
     )  # fmt: skip
-
-
-def _reduces(step, state, params, before: int) -> bool:
-    """Whether the plan's trace of ``step`` reduced (the plan may come from its cache)."""
-    if traced_reductions() > before:
-        return True
-    start = traced_reductions()
-    jax.eval_shape(lambda s, p: step(s) if p is None else step(s, p), state, params)
-    return traced_reductions() > start
 
 
 def check_decision(out, reductions: int, scalars: bool = False):

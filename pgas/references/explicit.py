@@ -64,6 +64,7 @@ from pgas.loop.frames import hold
 from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
 from pgas.loop.report import CommReport, compiled_report, exchanges_of
 from pgas.loop.until import (
+    SameCode,
     Until,
     check_args,
     check_decision,
@@ -705,7 +706,7 @@ def run_until(
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
     every, note = choose_check_every(check_every, k, False)
     how = plan(u, halo, math.gcd(every, k))
-    compiled = until_program(kernel, converged, u.layout, widths, region_key(region),
+    compiled = until_program(kernel, SameCode(converged), u.layout, widths, region_key(region),
                              how.steps_per_exchange, every, int(max_steps), tree,
                              fields)  # fmt: skip
     block, n, done = compiled(u.data, *leaves)
@@ -920,7 +921,7 @@ def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, regio
     tree, leaves, fields = _split_params(params, first)
     every, note = choose_check_every(check_every, 1, True)
     how = plan(GlobalArray(values[layouts.index(first)], first), halo, 1)
-    compiled = state_until_program(kernel, converged, keys, layouts, _key(first, halo),
+    compiled = state_until_program(kernel, SameCode(converged), keys, layouts, _key(first, halo),
                                    region_key(region), every, max_steps, tree,
                                    fields)  # fmt: skip
     out, n, done = compiled(tuple(values), *leaves)

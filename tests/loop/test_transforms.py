@@ -287,19 +287,6 @@ def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
 
 
 # ---- 4. params ---------------------------------------------------------------------------
-@pytest.fixture
-def compiles():
-    """The XLA compilations of this test so far (their durations), from JAX's monitoring."""
-    seen = []
-
-    def listen(event, secs, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            seen.append(secs)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    return seen
-
-
 def test_new_params_reuse_the_compiled_program(compiles):
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     rng = np.random.default_rng(6)

@@ -52,6 +52,56 @@ def test_auto_check_every_and_max_steps_reached_warns():
     np.testing.assert_array_equal(out.state.to_numpy(), jacobi_numpy(f, 66, 21)[0])
 
 
+def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
+    f = np.random.default_rng(4).random((14, 11)) / 13**2
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+
+    def solve(tol):  # a time step of a flow solver would call this once per step
+        def converged(u, f):
+            r = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] + f[1:-1, 1:-1] \
+                - 4 * u[1:-1, 1:-1]  # fmt: skip
+            return pgas.max(abs(r)) < tol
+
+        return pgas.run_until(jacobi, field(np.zeros_like(f), mesh), converged, 4000,
+                              check_every=8, params=field(f, mesh))  # fmt: skip
+
+    tight = solve(1e-6)
+    compiles.clear()
+    again = solve(1e-6)
+    assert compiles == []  # the same code and tolerance: the same program
+    assert again.steps_taken == tight.steps_taken
+    np.testing.assert_array_equal(again.state.to_numpy(), tight.state.to_numpy())
+    loose = solve(1e-3)  # another tolerance: its own program, its own answer
+    assert compiles
+    for out, tol in ((tight, 1e-6), (loose, 1e-3)):
+        want, steps = jacobi_numpy(f, 8, 4000, tol)
+        assert out.converged and out.steps_taken == steps
+        np.testing.assert_array_equal(out.state.to_numpy(), want)
+    assert loose.steps_taken < tight.steps_taken
+
+    from pgas.references import explicit  # the explicit path keys its programs the same way
+
+    def kernel(e, f):
+        return 0.25 * (e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + f[1:-1, 1:-1])
+
+    def local(tol):
+        def converged(e, f, reduce):
+            r = e[:-2, 1:-1] + e[2:, 1:-1] + e[1:-1, :-2] + e[1:-1, 2:] + f[1:-1, 1:-1] \
+                - 4 * e[1:-1, 1:-1]  # fmt: skip
+            return reduce(abs(r), "max") < tol
+
+        return explicit.run_until(kernel, field(np.zeros_like(f), mesh), converged, 4000,
+                                  region=(slice(1, -1), slice(1, -1)), check_every=8,
+                                  params=field(f, mesh))  # fmt: skip
+
+    first = local(1e-6)
+    compiles.clear()
+    second = local(1e-6)
+    assert compiles == []
+    assert first.steps_taken == second.steps_taken == tight.steps_taken
+    np.testing.assert_array_equal(second.state.to_numpy(), tight.state.to_numpy())
+
+
 @pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))])
 def test_cg_until_converged_same_iterations_as_numpy(devices, shape):
     b = np.random.default_rng(3).random((13, 11))
