@@ -29,6 +29,25 @@ def median_seconds(fn, repeats: int, warm_up: bool = False) -> float:
     return statistics.median(times)
 
 
+def paired_seconds(fns: dict, repeats: int, warm_up: bool = True) -> dict:
+    """Median seconds of each of ``fns`` (name -> callable), called in turn ``repeats`` times.
+
+    Alternating the calls puts every form under the same load on a shared machine, so a
+    ratio of two medians compares like with like; timing one form after the other lets a
+    burst of load land on one of them (benchmarks/README.md, "Iterative solvers").
+    """
+    if warm_up:
+        for fn in fns.values():
+            fn()
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def stats(times: list[float], cells: float) -> dict:
     """Median and spread of a list of timings, and the throughput they give (cell updates/s)."""
     ts = sorted(times)

@@ -5,9 +5,10 @@
 In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
 
 - ``jax.jit(lambda u: pgas.run(step, u, n))`` against ``pgas.run(step, u, n)``
-  (heat1d 2**20 cells, 2 devices; Life 1024**2, 4 devices), warm, medians;
+  (heat1d 2**20 cells, 2 devices; Life 1024**2, 4 devices), warm, medians of
+  calls made in turn (``common.paired_seconds``);
 - ``jax.value_and_grad`` of ``sum(run(heat, u, 1000)**2)`` against the jitted
-  forward run at the same k (heat1d 2**20 cells, 2 devices);
+  forward run at the same k (heat1d 2**20 cells, 2 devices), also in turn;
 - XLA's memory analysis of the gradient program for 100, 1000 and 10000
   steps, in local blocks per device, against ``2.5 sqrt(steps) + 10``;
 - a new ``params`` value: XLA compilations counted (``jax.monitoring``) and
@@ -38,7 +39,7 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
     import jax
     import numpy as np
-    from common import machine, median_seconds
+    from common import machine, median_seconds, paired_seconds
 
     import pgas
 
@@ -69,11 +70,17 @@ def main(argv=None) -> dict:
         jitted = jax.jit(lambda u, step=step, steps=steps: pgas.run(step, u, steps))
         same = np.array_equal(pgas.run(step, make(), steps).to_numpy(),
                               jitted(make()).to_numpy())  # fmt: skip
-        us = [make() for _ in range(reps)]  # the standalone call donates its state
-        alone = median_seconds(lambda: pgas.run(step, us.pop(), steps).data.block_until_ready(),
-                               reps)  # fmt: skip
+        us = [make() for _ in range(reps + 1)]  # the standalone call donates its state
         u = make()
-        inside = median_seconds(lambda: jitted(u).data.block_until_ready(), reps)
+
+        def alone():
+            pgas.run(step, us.pop(), steps).data.block_until_ready()
+
+        def inside():
+            jitted(u).data.block_until_ready()
+
+        t = paired_seconds({"alone": alone, "inside": inside}, reps)
+        alone, inside = t["alone"], t["inside"]
         out["jit"][name] = {"steps": steps, "standalone_s": alone, "jit_s": inside,
                             "ratio": inside / alone, "bitwise_equal": bool(same)}  # fmt: skip
         print(name, out["jit"][name], flush=True)
@@ -82,10 +89,9 @@ def main(argv=None) -> dict:
     fwd = jax.jit(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2))
     vg = jax.jit(jax.value_and_grad(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2)))
     u = cases["heat1d"][1]()
-    jax.block_until_ready(fwd(u))
-    jax.block_until_ready(vg(u))
-    t_fwd = median_seconds(lambda: jax.block_until_ready(fwd(u)), reps)
-    t_vg = median_seconds(lambda: jax.block_until_ready(vg(u)), reps)
+    t = paired_seconds({"fwd": lambda: jax.block_until_ready(fwd(u)),
+                        "vg": lambda: jax.block_until_ready(vg(u))}, reps)  # fmt: skip
+    t_fwd, t_vg = t["fwd"], t["vg"]
     out["grad"] = {"steps": grad_steps, "k": k, "forward_s": t_fwd, "value_and_grad_s": t_vg,
                    "ratio": t_vg / t_fwd}  # fmt: skip
     print("grad", out["grad"], flush=True)

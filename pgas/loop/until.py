@@ -341,7 +341,9 @@ def run_until(
         converged: ``state -> bool`` (``(state, params) -> bool`` with
             ``params``): a scalar boolean, typically a comparison of a
             reduction (``pgas.max(abs(r)) < tol``), evaluated every
-            ``check_every`` steps (one all-reduce of a scalar per check).
+            ``check_every`` steps (one all-reduce of a scalar per check). One made
+            anew per call with the same code and closure values reuses the
+            compiled program (:class:`SameCode`).
         max_steps: the most steps to run (>= 1).
         check_every: steps between checks (>= 1, a multiple of an int
             ``steps_per_exchange``), or ``"auto"`` (:func:`choose_check_every`).
