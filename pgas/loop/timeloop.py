@@ -46,10 +46,11 @@ recomputed: about ``2 sqrt(steps)`` stored states for one extra forward pass.
 The loop's derivative is that of the same loop run one step per exchange with
 loop-invariant masks (:func:`_differentiable`; the same bits at every ``k``), so
 nothing per step is stored for a linear step and no deep-halo group is
-transposed.
+transposed. Only that loop is cut into segments: the forward loop is never
+differentiated, and runs as the standalone one.
 This two-level schedule, rather than a binomial (treeverse) one, because it
 is two nested ``lax.scan``s XLA compiles as loops, keeps every segment on
-deep-halo group boundaries (a group replays whole), and its memory was
+whole steps, and its memory was
 measured within ``2.5 sqrt(steps) + 10`` blocks up to 10000 steps
 (benchmarks/README.md); ``remat_every=`` is the knob.
 """
@@ -541,13 +542,13 @@ def captured(step: Callable, depth: int = 3) -> tuple:
     return tuple(found)
 
 
-def _segment(remat_every, steps, unit: int) -> int | None:
-    """Loop iterations per rematerialised segment (see :func:`_segments`)."""
+def _segment(remat_every, steps) -> int | None:
+    """Steps per rematerialised segment of the derivative's loop (see :func:`_segments`)."""
     if remat_every is None or not _is_int(steps):
         return None
-    if remat_every == AUTO:  # one-iteration segments ran 3x slower forward (heat1d, k = 16)
-        return max(2, round(math.isqrt(max(steps, 1)) / unit))
-    return max(1, round(remat_every / unit))
+    if remat_every == AUTO:
+        return max(2, math.isqrt(max(steps, 1)))
+    return remat_every
 
 
 def _traced(*trees) -> bool:
@@ -636,11 +637,10 @@ def run(
             buffers between chunks and hands ``callback`` a copy of the state
             in the user's form.
         remat_every: inside a trace, physical steps per rematerialised segment
-            (rounded to whole loop iterations, so segments start on deep-halo
-            group boundaries); ``"auto"``: about ``sqrt(steps)``, at least 2
-            loop iterations; ``None``: no
-            segments (reverse mode then stores every iteration). No effect on
-            the values, nor outside reverse mode.
+            of the loop reverse mode differentiates (one step per exchange);
+            ``"auto"``: about ``sqrt(steps)``, at least 2; ``None``: no segments
+            (reverse mode then stores every step). No effect on the values, nor
+            outside reverse mode.
         donate: hand ``state``'s buffers to the loop (as ``jax.jit``'s
             ``donate_argnums``): the run then needs no copy of the state, one
             field less on every device, but ``state`` is invalid afterwards
@@ -733,7 +733,6 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
         raise PgasError("plan is double-buffered, but steps is traced (its parity is unknown); "
                         "make the plan with pgas.plan.plan(..., double=False)")  # fmt: skip
     k = how.steps_per_exchange
-    unit = k * (2 if k % 2 else 1) if how.double else k
     # fields captured from the enclosing scope are extended once per loop, as params are;
     # traced ones (a caller's argument) are not cached in a program, and exchange per read
     held = tuple(c for c in keys if not isinstance(c.obj, jax.core.Tracer))
@@ -745,8 +744,10 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
                                                           params=params)  # fmt: skip
     single = prog if one is how else program(step, 1, one.widths, every, observe, False, None,
                                              params is not None, held, **_sides(one))  # fmt: skip
-    forward = functools.partial(prog.inline, segment=_segment(remat_every, steps, unit))
-    derivative = functools.partial(single.inline, segment=_segment(remat_every, steps, 1))
+    # only the derivative is ever differentiated (the rule of _differentiable), so only its
+    # loop is cut into rematerialised segments; the forward loop runs as the standalone one
+    forward = functools.partial(prog.inline, segment=None)
+    derivative = functools.partial(single.inline, segment=_segment(remat_every, steps))
     return _differentiable(forward, derivative, state, steps, params)
 
 

@@ -227,6 +227,18 @@ def test_a_linear_steps_gradient_stores_nothing_per_step(k):
     assert temps[1] - temps[0] < block, [t / block for t in temps]
 
 
+def test_the_forward_under_jit_is_not_cut_into_rematerialised_segments():
+    """Only the derivative's loop is differentiated, so only it carries segments under
+    jax.checkpoint; the forward loop of a jitted run is the standalone one (segments slowed
+    the forward, and each made a fresh spare buffer)."""
+    u = pgas.from_numpy(np.zeros(64, np.float32), pgas.make_mesh(("x",), devices=2),
+                        boundary=pgas.Keep())  # fmt: skip
+    forward = str(jax.make_jaxpr(lambda u: pgas.run(heat, u, 100))(u))
+    assert "checkpoint" not in forward and "remat" not in forward
+    derivative = str(jax.make_jaxpr(jax.grad(lambda u: pgas.sum(pgas.run(heat, u, 100))))(u))
+    assert "checkpoint" in derivative or "remat" in derivative
+
+
 # ---- 3. forward mode and vmap ------------------------------------------------------------
 def test_jvp_and_vmap_over_params():
     x0 = np.random.default_rng(5).random(50)
