@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -68,10 +69,10 @@ class SameCode:
     ``converged`` is often made anew for every call (``lambda u: pgas.max(abs(u)) <
     tol``, or a factory's closure over ``tol``); compared by identity, each would
     compile a new program. Two functions of the same code whose defaults and closure
-    cells hold equal values of the same types (numbers, strings, tuples of them, other
-    functions by identity) compute the same, so they share one. A function with an
-    unhashable cell (an array: it may be rebound) or without code is compared by
-    identity, as before.
+    cells hold equal values of the same types (numbers, strings, ``None``, tuples of
+    them; functions, classes and modules by identity) compute the same, so they share
+    one. A function with any other value there (an array, which may be changed in
+    place) or without code is compared by identity, as before.
 
     >>> make = lambda tol: (lambda u: u < tol)
     >>> SameCode(make(1e-8)) == SameCode(make(1e-8)), SameCode(make(1e-8)) == SameCode(make(1))
@@ -109,10 +110,16 @@ def _code_key(fn: Callable):
 
 
 def _typed(value):
-    """``value`` with its type (1 and 1.0 are equal, but a step computes with them apart)."""
+    """``value`` with its type (1 and 1.0 are equal, but a step computes with them apart);
+    a function, class or module by identity; anything else (an array, which may be changed
+    in place or compares cell by cell) raises TypeError: the whole function by identity."""
     if isinstance(value, tuple):
         return (tuple, tuple(_typed(v) for v in value))
-    return (type(value), value)
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
+        return (type(value), value)
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)):
+        return _Same(value)
+    raise TypeError(f"{type(value).__name__} is compared by identity")
 
 
 class NonConvergenceWarning(UserWarning):

@@ -102,6 +102,26 @@ def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
     np.testing.assert_array_equal(second.state.to_numpy(), tight.state.to_numpy())
 
 
+def test_same_code_compares_values_only_where_they_cannot_change():
+    from pgas.loop.until import SameCode
+
+    def closure(value):
+        return lambda u: u < value
+
+    u = pgas.from_numpy(np.zeros(4, np.float32), pgas.make_mesh(devices=1))
+    same = [(1e-8, 1e-8), ((1, "a", None), (1, "a", None)), (np.float32(2), np.float32(2)),
+            (max, max)]  # fmt: skip
+    for a, b in same:
+        assert SameCode(closure(a)) == SameCode(closure(b)), a
+        assert hash(SameCode(closure(a))) == hash(SameCode(closure(b)))
+    apart = [(1e-8, 1e-6), (1, 1.0), (np.float32(2), 2.0), (float("nan"), float("nan")),
+             (u, u), (np.ones(2), np.ones(2)), (jnp.ones(2), jnp.ones(2))]  # fmt: skip
+    for a, b in apart:  # an array (a GlobalArray compares cell by cell): the function's identity
+        assert SameCode(closure(a)) != SameCode(closure(b)), a
+    f = closure(u)
+    assert SameCode(f) == SameCode(f)
+
+
 @pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))])
 def test_cg_until_converged_same_iterations_as_numpy(devices, shape):
     b = np.random.default_rng(3).random((13, 11))
