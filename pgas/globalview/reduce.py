@@ -72,7 +72,8 @@ def reproducible_psum(block: jax.Array, size: int, names: tuple) -> jax.Array:
     >>> float(reproducible_psum(jnp.asarray([0.5, 0.25]), 2, ()))
     0.75
     """
-    amax = reprosum.local_max(block, jnp)
+    # the max only places the folds: a sum's derivative is the plain sum's (pmax has none)
+    amax = jax.lax.stop_gradient(reprosum.local_max(block, jnp))
     if names:
         amax = jax.lax.pmax(amax, names)
     summed = reprosum.lanes(block, amax, size, jnp)

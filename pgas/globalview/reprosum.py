@@ -129,15 +129,46 @@ def lanes(values, amax, size: int, xp):
     one = xp.asarray(1, dtype)
     rest = xp.where(xp.isfinite(values), values, xp.asarray(0, dtype))
     rest = rest * xp.ldexp(one, -shift)  # exact: a power of two (1 unless huge)
-    out = []
+    parts = []
     for j in range(folds(dtype)):
         sigma = xp.ldexp(xp.asarray(1.5, dtype), e + level + j * (level - p))
         q = (sigma + rest) - sigma
         rest = rest - q
-        out.append(xp.sum(q))
-    bad = xp.where(xp.isfinite(values), xp.asarray(0, dtype), values)
-    out.append(xp.sum(bad))
-    return xp.stack(out)
+        parts.append(q)
+    return xp.stack([*_exact_sums(parts, xp), _nonfinite_sum(values, amax, xp)])
+
+
+def _exact_sums(parts: list, xp) -> list:
+    """The sum of each of ``parts`` (same shape), each exact in any order: one sum each in
+    NumPy, one pass over the block for all of them in JAX (a variadic reduction, where
+    separate sums each read a materialised array)."""
+    if xp is np:
+        return [np.sum(q) for q in parts]
+    import jax
+
+    def add(a, b):
+        return tuple(x + y for x, y in zip(a, b))
+
+    zeros = tuple(xp.zeros((), q.dtype) for q in parts)
+    return list(jax.lax.reduce(tuple(parts), zeros, add, tuple(range(parts[0].ndim))))
+
+
+def _nonfinite_sum(values, amax, xp):
+    """The sum of the non-finite values: 0 unless ``amax`` (a nan counts as inf) is not
+    finite, so JAX computes it only then (a ``lax.cond``; both sides are the same bits)."""
+    dtype = values.dtype
+
+    def total(v):
+        return xp.sum(xp.where(xp.isfinite(v), xp.asarray(0, dtype), v))
+
+    def none(v):  # 0, of the type a sum of the block has (varying over a shard_map's devices)
+        return xp.sum(v.reshape(-1)[:0])
+
+    if xp is np:
+        return total(values)
+    import jax
+
+    return jax.lax.cond(xp.isfinite(xp.asarray(amax, dtype)), none, total, values)
 
 
 def combine(summed, amax, size: int, xp):
@@ -156,7 +187,7 @@ def combine(summed, amax, size: int, xp):
     total = summed[0]
     for j in range(1, k):
         total = total + summed[j]
-    total = xp.ldexp(total, shift)
+    total = total * xp.ldexp(xp.asarray(1, dtype), shift)  # exact, and so is its derivative
     return xp.where(xp.isfinite(xp.asarray(amax, dtype)), total, summed[k])
 
 
