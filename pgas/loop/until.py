@@ -236,8 +236,8 @@ def _check_converged(converged: SameCode, state, params) -> None:
             f"converged returned {got}; it must return a scalar boolean, e.g. "
             f"lambda s: pgas.max(abs(s['r'])) < 1e-8 (a comparison of a reduction)"
         )
-    if len(_CHECKED) > 256:
-        _CHECKED.clear()
+    if len(_CHECKED) >= 64:  # it holds the functions (and what they close over) alive,
+        _CHECKED.clear()  # as the program cache does: no more of them than it keeps
     _CHECKED.add(key)
 
 
