@@ -75,6 +75,7 @@ def test_compare_table_in_process(capsys):
     assert row.split()[:3] == ["auto", "cpu", "2"] and row.split()[-1] == "yes"
 
 
+@pytest.mark.one_process
 def test_console_entry_point_runs_as_a_module():
     proc = subprocess.run([sys.executable, "-m", "pgas.app.cli", "--help"], capture_output=True,
                           text=True, timeout=60, check=True)  # fmt: skip

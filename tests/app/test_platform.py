@@ -99,6 +99,7 @@ def test_example_stops_on_too_many_gpus(monkeypatch, capsys):
                "--platform cpu for 9 virtual CPU devices")  # fmt: skip
 
 
+@pytest.mark.one_process
 def test_platform_gpu_on_a_cpu_machine_exits_2_without_traceback():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "XLA_FLAGS"))}
     env.pop("JAX_PLATFORMS", None)

@@ -432,6 +432,7 @@ def test_header_checked_against_the_board(tmp_path):
         P.load_pattern("gosper", board=(32, 32))
 
 
+@pytest.mark.one_process
 def test_life_example_exits_2_on_a_huge_header(tmp_path):
     import subprocess
 
