@@ -135,13 +135,15 @@ def lanes(values, amax, size: int, xp):
         q = (sigma + rest) - sigma
         rest = rest - q
         parts.append(q)
-    return xp.stack([*_exact_sums(parts, xp), _nonfinite_sum(values, amax, xp)])
+    parts.append(xp.where(xp.isfinite(values), xp.asarray(0, dtype), values))  # inf, -inf, nan
+    return xp.stack(_sums(parts, xp))
 
 
-def _exact_sums(parts: list, xp) -> list:
-    """The sum of each of ``parts`` (same shape), each exact in any order: one sum each in
-    NumPy, one pass over the block for all of them in JAX (a variadic reduction, where
-    separate sums each read a materialised array)."""
+def _sums(parts: list, xp) -> list:
+    """The sum of each of ``parts`` (same shape), each the same in any order (a fold's
+    exact sum, the non-finite values' inf, -inf or nan): one sum each in NumPy, one pass over
+    the block for all of them in JAX (a variadic reduction, where separate sums each read a
+    materialised array on XLA's CPU backend)."""
     if xp is np:
         return [np.sum(q) for q in parts]
     import jax
@@ -151,24 +153,6 @@ def _exact_sums(parts: list, xp) -> list:
 
     zeros = tuple(xp.zeros((), q.dtype) for q in parts)
     return list(jax.lax.reduce(tuple(parts), zeros, add, tuple(range(parts[0].ndim))))
-
-
-def _nonfinite_sum(values, amax, xp):
-    """The sum of the non-finite values: 0 unless ``amax`` (a nan counts as inf) is not
-    finite, so JAX computes it only then (a ``lax.cond``; both sides are the same bits)."""
-    dtype = values.dtype
-
-    def total(v):
-        return xp.sum(xp.where(xp.isfinite(v), xp.asarray(0, dtype), v))
-
-    def none(v):  # 0, of the type a sum of the block has (varying over a shard_map's devices)
-        return xp.sum(v.reshape(-1)[:0])
-
-    if xp is np:
-        return total(values)
-    import jax
-
-    return jax.lax.cond(xp.isfinite(xp.asarray(amax, dtype)), none, total, values)
 
 
 def combine(summed, amax, size: int, xp):

@@ -221,7 +221,7 @@ class Plan:
         inputs: the same for the read-only fields of ``params``, in their order.
         reduces: the step computes a reduction (an all-reduce of a scalar each
             step): it runs at ``k = 1``, and :func:`pgas.run_until` checks it
-            every step.
+            every step under ``check_every="auto"``.
     """
 
     widths: tuple[int, ...] | None
