@@ -3,9 +3,13 @@
     python benchmarks/reverse_pass.py [--n 262144] [--steps 256] [--fence]
 
 heat1d on 2 CPU devices, ``loss = sum(run(heat, u, steps) ** 2)``, jitted. For k = 1
-and 16 and ``remat_every`` "auto" and None it prints the forward and value-and-grad
-CPU times (``time.process_time``, all threads; steadier than wall time on a shared
-machine) and their ratio.
+and 16, ``remat_every`` "auto" and None, and both reverse passes it prints the forward
+and value-and-grad CPU times (``time.process_time``, all threads; steadier than wall
+time on a shared machine) and their ratio. The reverse passes: ``transposed``, the
+transposed step through the deep-halo loop (:mod:`pgas.loop.adjoint`, what pgas runs
+for this affine step), and ``jax``, JAX's transpose of the single-step loop (what pgas
+runs for any other step; forced here by declaring the step not transposable), whose
+gradients must agree.
 ``--fence`` also runs each form with a fence on the cotangent of every sub-step's
 output: an identity whose backward passes the cotangent through a ``lax.cond`` XLA
 cannot remove, so the cotangent is materialised once per sub-step (an experiment:
@@ -16,6 +20,7 @@ that each form's gradient is bitwise the same with and without it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 
@@ -33,6 +38,7 @@ def main(argv=None) -> list[dict]:
     import numpy as np
 
     import pgas
+    import pgas.loop.adjoint as adjoint
     import pgas.loop.frames as frames
 
     pgas.use_cpu_devices(2)
@@ -64,24 +70,30 @@ def main(argv=None) -> list[dict]:
             times.append(time.process_time() - t)
         return float(np.median(times))
 
-    rows, grads = [], []
-    for fenced in (False, True) if a.fence else (False,):
+    rows, grads, passes = [], [], {}
+    transposable = adjoint.transposable
+    for fenced, reverse, k, remat in itertools.product(
+        (False, True) if a.fence else (False,), ("transposed", "jax"), (1, 16), ("auto", None)
+    ):
         frames._place = (lambda *args: fence(place(*args))) if fenced else place
-        for k in (1, 16):
-            for remat in ("auto", None):
+        adjoint.transposable = transposable if reverse == "transposed" else (lambda *x: False)
 
-                def loss(u, k=k, remat=remat):
-                    return pgas.sum(pgas.run(heat, u, a.steps, steps_per_exchange=k,
-                                             remat_every=remat) ** 2)  # fmt: skip
+        def loss(u, k=k, remat=remat):
+            return pgas.sum(pgas.run(heat, u, a.steps, steps_per_exchange=k,
+                                     remat_every=remat) ** 2)  # fmt: skip
 
-                fwd, vg = jax.jit(loss), jax.jit(jax.value_and_grad(loss))
-                grads.append(np.asarray(vg(u)[1].data))
-                row = {"k": k, "remat_every": remat, "fence": fenced, "forward_s": cpu_seconds(fwd),
-                       "value_and_grad_s": cpu_seconds(vg)}  # fmt: skip
-                row["ratio"] = row["value_and_grad_s"] / row["forward_s"]
-                rows.append(row)
-                print(row, flush=True)
-    frames._place = place
+        fwd, vg = jax.jit(loss), jax.jit(jax.value_and_grad(loss))
+        grads.append(np.asarray(vg(u)[1].data))
+        passes.setdefault(reverse, []).append(grads[-1])
+        row = {"reverse": reverse, "k": k, "remat_every": remat, "fence": fenced,
+               "forward_s": cpu_seconds(fwd), "value_and_grad_s": cpu_seconds(vg)}  # fmt: skip
+        row["ratio"] = row["value_and_grad_s"] / row["forward_s"]
+        rows.append(row)
+        print(row, flush=True)
+    frames._place, adjoint.transposable = place, transposable
+    far = max(float(np.max(np.abs(g - h) / np.maximum(np.abs(h), 1e-30)))
+              for g, h in zip(passes["transposed"], passes["jax"]))  # fmt: skip
+    print(f"largest relative difference of the two reverse passes' gradients: {far:.2e}")
     if a.fence:  # the fence changes no value: each form's gradient with and without it
         half = len(grads) // 2
         same = all(np.array_equal(g, h) for g, h in zip(grads[:half], grads[half:]))

@@ -39,37 +39,47 @@ Inside JAX. Called with traced arrays (under ``jax.jit``, ``grad``, ``jvp``,
 ``vmap`` over params, ``lax.scan``) ``run`` inlines the same loop
 (:attr:`Program.inline`): no ``jit`` of its own, no donation, static trip
 counts (a ``lax.scan``, which reverse mode differentiates) unless ``steps`` is
-traced. Reverse mode uses rematerialised segments (:func:`_segments`): a scan
-over segments of about ``sqrt(steps)`` steps, each under ``jax.checkpoint``, so
-the state is stored at segment boundaries only and one segment at a time is
-recomputed: about ``2 sqrt(steps)`` stored states for one extra forward pass.
-The loop's derivative is that of the same loop run one step per exchange with
-loop-invariant masks (:func:`_differentiable`; the same bits at every ``k``), so
-nothing per step is stored for a linear step and no deep-halo group is
-transposed. Only that loop is cut into segments: the forward loop is never
-differentiated, and runs as the standalone one.
-This two-level schedule, rather than a binomial (treeverse) one, because it
-is two nested ``lax.scan``s XLA compiles as loops, keeps every segment on
-whole steps, and its memory was
-measured within ``2.5 sqrt(steps) + 10`` blocks up to 10000 steps
-(benchmarks/README.md); ``remat_every=`` is the knob.
+traced. It is a ``jax.custom_jvp`` (:func:`_differentiable`): its primal is that
+loop, and its derivative one of two.
+
+- A step affine in its state, differentiated with respect to the state only
+  (:func:`pgas.loop.adjoint.transposable`): the tangent is a ``linear_call``
+  whose transpose runs the transposed step through a loop of this module
+  (:func:`_adjoint_loop`, :mod:`pgas.loop.adjoint`): deep halos and double
+  buffers as the forward has them, nothing stored and nothing recomputed.
+- Otherwise the derivative is that of the same loop run one step per exchange
+  with loop-invariant masks (:func:`_tie`; the same bits at every ``k``), so
+  nothing per step is stored for a linear step and no deep-halo group is
+  transposed. Reverse mode cuts it into rematerialised segments
+  (:func:`_segments`): a scan over segments of about ``sqrt(steps)`` steps,
+  each under ``jax.checkpoint``, so the state is stored at segment boundaries
+  only and one segment at a time is recomputed: about ``2 sqrt(steps)`` stored
+  states for one extra forward pass. Only that loop is cut into segments: the
+  forward loop is never differentiated, and runs as the standalone one. This
+  two-level schedule, rather than a binomial (treeverse) one, because it is
+  two nested scans (``lax.scan``) XLA compiles as loops, keeps every segment on
+  whole steps, and its memory was measured within ``2.5 sqrt(steps) + 10``
+  blocks up to 10000 steps (benchmarks/README.md); ``remat_every=`` is the
+  knob.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
 from pgas.errors import PgasError, whole_number
 from pgas.globalview.array import GlobalArray
-from pgas.loop import kept
+from pgas.loop import adjoint, kept
 from pgas.loop.frames import (
     blocks,
     double_group,
@@ -104,7 +114,8 @@ class Program:
             traceable function of the user's state (no ``jit``, no donation),
             for a caller's trace (:func:`run` under ``jax.jit``, ``grad``, ...);
             a static ``count`` is cut into rematerialised segments of
-            ``segment`` loop iterations (``None``: none).
+            ``segment`` loop iterations (``None``: none); ``tied=``, ``scan=``:
+            see :func:`_tie` and :func:`_fori`.
     """
 
     enter: Callable
@@ -188,15 +199,15 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
     def body(params):
         return step_fn(step, _given(params, takes_params))
 
-    def loop(a, count, params, segment, ready=False, tied=True):
+    def loop(a, count, params, segment, ready=False, tied=True, scan=True):
         if not ready:  # params and constants extended once, outside the loop
             with loop_inputs(params, held, widths, k, inputs) as params:
-                return loop(a, count, params, segment, True, tied)
+                return loop(a, count, params, segment, True, tied, scan)
         many = _tie(group(body(params), widths, k, sides, fields), tied)
         single = _tie(group(body(params), widths, 1, sides, fields), tied)
         a, first = _segments(many, count // k, a, segment)
-        a = _fori(first, count // k, many, a)
-        return _fori(0, count % k, single, a) if k > 1 else a  # k = 1: no remainder
+        a = _fori(first, count // k, many, a, scan)
+        return _fori(0, count % k, single, a, scan) if k > 1 else a  # k = 1: no remainder
 
     def advance(state, count, params=None):
         return physical(loop(blocks(state), count, params, None))
@@ -204,12 +215,12 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
     def same(state):
         return state
 
-    def inline(state, count, params, segment, tied=True):
+    def inline(state, count, params, segment, tied=True, scan=True):
         if every is None:
-            return physical(loop(blocks(state), count, params, segment, tied=tied))
+            return physical(loop(blocks(state), count, params, segment, tied=tied, scan=scan))
 
         def chunk(s, _):
-            s = physical(loop(blocks(s), every, params, segment, tied=tied))
+            s = physical(loop(blocks(s), every, params, segment, tied=tied, scan=scan))
             return s, look(s)
 
         return jax.lax.scan(chunk, state, None, length=count // every)
@@ -253,13 +264,22 @@ def _given(params, takes: bool):
     return (params if params is not None else ()) if takes else None
 
 
-def _fori(lo, hi, fn: Callable, carry):
+def _fori(lo, hi, fn: Callable, carry, scan: bool = True):
     """``fn(carry, i)`` for ``i`` in ``[lo, hi)``: a ``fori_loop`` (a traced ``hi`` stays a
     runtime trip count; a static one becomes a scan, which reverse mode differentiates);
-    nothing for a static empty range."""
+    nothing for a static empty range. ``scan=False``: a ``while_loop`` for a static ``hi``
+    too, for a loop no derivative sees (reverse mode's partial evaluation of a scan hoists
+    its loop-invariant index arrays out of the loop, which XLA then reads every step)."""
     if isinstance(hi, int) and hi <= lo:
         return carry
-    return jax.lax.fori_loop(lo, hi, lambda i, s: fn(s, i), carry)
+    if scan or not isinstance(hi, int):
+        return jax.lax.fori_loop(lo, hi, lambda i, s: fn(s, i), carry)
+
+    def body(c):
+        i, s = c
+        return i + 1, fn(s, i)
+
+    return jax.lax.while_loop(lambda c: c[0] < hi, body, (jnp.int32(lo), carry))[1]
 
 
 def _segments(fn: Callable, n, carry, segment: int | None, *, fresh=None, hand=None):
@@ -307,13 +327,14 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         return jax.tree.map(lambda g: GlobalArray(jnp.zeros_like(g.data), g.layout, g.ext),
                             state, is_leaf=lambda x: isinstance(x, GlobalArray))  # fmt: skip
 
-    def loop(state, count, params, segment, odd: bool, ready=False, tied=True):
+    def loop(state, count, params, segment, odd: bool, ready=False, tied=True, scan=True):
         """``count`` steps on the extended state (``odd``: ``count`` is odd): the latest
         buffer (the spare is made here, so a caller hands on one buffer); ``ready``: the
-        params come from :func:`loop_inputs` already; ``tied``: see :func:`_tie`."""
+        params come from :func:`loop_inputs` already; ``tied``: see :func:`_tie`; ``scan``:
+        see :func:`_fori`."""
         if not ready:
             with loop_inputs(params, fields, widths, k) as params:
-                return loop(state, count, params, segment, odd, True, tied)
+                return loop(state, count, params, segment, odd, True, tied, scan)
         body = step_fn(step, _given(params, takes_params))
         many = _tie(double_group(body, widths, k, transport, sides), tied)
         single = _tie(double_group(body, widths, 1, transport, sides), tied)
@@ -326,21 +347,21 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         n = count // (pairs * k)
         state, first = _segments(iteration, n, state, segment,
                                  fresh=lambda x: (x, spare(x)), hand=lambda p: p[0])  # fmt: skip
-        pair = _fori(first, n, iteration, (state, spare(state)))
+        pair = _fori(first, n, iteration, (state, spare(state)), scan)
         rest = count % (pairs * k)
         two = lambda p, i: single(single(p, 2 * i), 2 * i + 1)  # noqa: E731
-        pair = _fori(0, rest // 2, two, pair)
+        pair = _fori(0, rest // 2, two, pair, scan)
         return (single(pair, count) if odd else pair)[0]
 
     enter, leave = jax.jit(lambda state: framed(state, halo)), jax.jit(physical)
 
-    def inline(state, count, params, segment, tied=True):
+    def inline(state, count, params, segment, tied=True, scan=True):
         if every is None:
             return physical(loop(framed(state, halo), count, params, segment, count % 2 == 1,
-                                 tied=tied))  # fmt: skip
+                                 tied=tied, scan=scan))  # fmt: skip
 
         def chunk(s, _):
-            s = loop(s, every, params, segment, every % 2 == 1, tied=tied)
+            s = loop(s, every, params, segment, every % 2 == 1, tied=tied, scan=scan)
             return s, look(physical(s))
 
         s, snaps = jax.lax.scan(chunk, framed(state, halo), None, length=count // every)
@@ -588,8 +609,10 @@ def run(
     Called with traced arrays (inside ``jax.jit``, ``jax.grad``, ``jax.vjp``,
     ``jax.jvp``, ``jax.vmap`` over ``params``, ``lax.scan``), ``run`` inlines
     the same loop into the caller's program: the same deep halos, collectives
-    and bits as the standalone call; nothing is donated. Reverse mode stores
-    the state only at the boundaries of rematerialised segments
+    and bits as the standalone call; nothing is donated. Reverse mode of a
+    step affine in its state, with respect to the state, runs the transposed
+    step through the same deep-halo loop (:mod:`pgas.loop.adjoint`); otherwise
+    it stores the state only at the boundaries of rematerialised segments
     (``remat_every``) and recomputes each segment once: about
     ``2 * sqrt(steps)`` states instead of ``steps``.
 
@@ -637,7 +660,8 @@ def run(
             buffers between chunks and hands ``callback`` a copy of the state
             in the user's form.
         remat_every: inside a trace, physical steps per rematerialised segment
-            of the loop reverse mode differentiates (one step per exchange);
+            of the loop reverse mode differentiates (one step per exchange; not
+            used where the transposed step runs);
             ``"auto"``: about ``sqrt(steps)``, at least 2; ``None``: no segments
             (reverse mode then stores every step). No effect on the values, nor
             outside reverse mode.
@@ -748,10 +772,35 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     # loop is cut into rematerialised segments; the forward loop runs as the standalone one
     forward = functools.partial(prog.inline, segment=None)
     derivative = functools.partial(single.inline, segment=_segment(remat_every, steps))
-    return _differentiable(forward, derivative, state, steps, params)
+    back = _adjoint_loop(step, state, steps, params, every, how, held)
+    return _differentiable(forward, derivative, state, steps, params, back)
 
 
-def _differentiable(forward: Callable, derivative: Callable, state, steps, params):
+def _adjoint_loop(step, state, steps, params, every, how: Plan, held) -> Callable | None:
+    """``back(ct, params)``: the transposed step run ``steps`` times through the forward's
+    loop (:mod:`pgas.loop.adjoint`), for a step affine in its state; ``None`` where JAX
+    transposes the derivative's loop instead."""
+    if every is not None or not _is_int(steps) or how.widths is None:
+        return None
+    if not adjoint.transposable(step, state, params):
+        return None
+    widths = adjoint.adjoint_reach(how.reach)
+    fields = [g for g in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))]
+    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
+                     for a in range(len(widths)))  # fmt: skip
+    read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
+        params, is_leaf=lambda x: isinstance(x, GlobalArray)))  # fmt: skip
+    k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
+    if k < 1:
+        return None
+    takes = params is not None
+    prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
+                   how.platform == "cpu" and k > 1, None, takes, held)  # fmt: skip
+    return lambda ct, p: prog.inline(ct, steps, p, None)
+
+
+def _differentiable(forward: Callable, derivative: Callable, state, steps, params,
+                    back: Callable | None = None):  # fmt: skip
     """``forward(state, steps, params, tied=True)``, differentiated as
     ``derivative(state, steps, params, tied=False)`` (see :func:`_tie`).
 
@@ -765,22 +814,76 @@ def _differentiable(forward: Callable, derivative: Callable, state, steps, param
     the caller differentiates) cross the boundary as arguments
     (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
     the caller gave it (a static count, or a traced one for forward use).
+
+    ``back(ct, params)`` (a step affine in its state, :func:`_adjoint_loop`):
+    where only the state has a tangent, the rule's tangent is a
+    ``jax.custom_derivatives.linear_call`` whose transpose is ``back``, the
+    transposed step through the forward's deep-halo loop, so reverse mode runs
+    that instead of JAX's transpose of the derivative's loop.
     """
 
-    def loop(inline: Callable, tied: bool) -> Callable:
-        return lambda s, p: inline(s, steps, p, tied=tied)
+    def loop(inline: Callable, tied: bool, scan: bool = True) -> Callable:
+        return lambda s, p: inline(s, steps, p, tied=tied, scan=scan)
 
+    # every function crosses the custom_jvp boundary closure-converted: its constants are
+    # arguments, kept in ``cs`` after one another (``sizes``)
     tied, consts = jax.closure_convert(loop(forward, True), state, params)
     untied, others = jax.closure_convert(loop(derivative, False), state, params)
-    n = len(consts)
+    parts = [consts, others]
+    if back is not None:
+        # inside the rule the primal loop is a while loop: reverse mode's partial evaluation
+        # of a scan would hoist its index arrays out of the loop (see _fori)
+        direct, ahead = jax.closure_convert(loop(forward, True, False), state, params)
+        back, behind = jax.closure_convert(back, state, params)
+        parts += [ahead, behind]
+    ends = list(itertools.accumulate(len(c) for c in parts))
+
+    def take(cs, i):
+        return cs[ends[i] - len(parts[i]) : ends[i]]
 
     @jax.custom_jvp
     def run(s, p, *cs):
-        return tied(s, p, *cs[:n])
+        return tied(s, p, *take(cs, 0))
 
-    @run.defjvp
+    def tangent(res, ds):
+        s, p, cs = res
+        zero = jax.custom_derivatives.zero_from_primal
+        return jax.jvp(untied, (s, p, *take(cs, 1)), (ds, zero(p), *zero(take(cs, 1))))[1]
+
+    def transpose(res, ct):
+        _, p, cs = res
+        return back(ct, p, *take(cs, 3))
+
+    @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
         (s, p, *cs), (ds, dp, *dcs) = primals, tangents
-        return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
+        if back is not None and _zero(dp) and _zero(dcs) and not _zero(ds) and not _batched():
+            ds = _dense(s, ds)
+            out = direct(s, p, *take(cs, 2))
+            return out, jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs), ds)
+        dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
+        return jax.jvp(untied, (s, p, *take(cs, 1)), (ds, dp, *take(dcs, 1)))
 
-    return run(state, params, *consts, *others)
+    return run(state, params, *(c for part in parts for c in part))
+
+
+def _batched() -> bool:
+    """Whether a ``jax.vmap`` is being traced: JAX has no batching rule for ``linear_call``,
+    so there the derivative's loop is transposed by JAX instead."""
+    probe = getattr(jax.extend.core, "unsafe_am_i_under_a_vmap_DO_NOT_USE", None)
+    return probe is not None and probe()
+
+
+def _zero(tangents) -> bool:
+    """Every leaf of ``tangents`` is a symbolic zero (no derivative flows there)."""
+    return all(type(t) is jax.custom_derivatives.SymbolicZero for t in jax.tree.leaves(tangents))
+
+
+def _dense(primals, tangents):
+    """``tangents`` with each symbolic zero made an array of zeros like its primal's tangent."""
+    zero = jax.custom_derivatives.zero_from_primal
+    p, t = jax.tree.leaves(primals), jax.tree.leaves(tangents)
+    return jax.tree.unflatten(
+        jax.tree.structure(tangents),
+        [zero(a) if type(b) is jax.custom_derivatives.SymbolicZero else b for a, b in zip(p, t)],
+    )

@@ -235,7 +235,8 @@ def test_the_forward_under_jit_is_not_cut_into_rematerialised_segments():
                         boundary=pgas.Keep())  # fmt: skip
     forward = str(jax.make_jaxpr(lambda u: pgas.run(heat, u, 100))(u))
     assert "checkpoint" not in forward and "remat" not in forward
-    derivative = str(jax.make_jaxpr(jax.grad(lambda u: pgas.sum(pgas.run(heat, u, 100))))(u))
+    nonlinear = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
+    derivative = str(jax.make_jaxpr(jax.grad(nonlinear))(u))
     assert "checkpoint" in derivative or "remat" in derivative
 
 

@@ -1,0 +1,209 @@
+"""Reverse mode of a step affine in its state: the transposed step through the deep-halo loop.
+
+Each gradient is checked against the transpose of the step's matrix, built here by
+applying a NumPy version of the step (written in this file) to the unit vectors; the
+compiled gradient program is read for its collectives.
+"""
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from stencils import advect_diffuse, downwind, heat, ring, two_below, upwind, upwind2d
+
+import pgas
+from pgas.loop.adjoint import affine, transposable
+
+PERMUTE = re.compile(r"= \S+\[([\d,]+)\]\S* collective-permute\(")
+
+
+def matrix(step_numpy, shape) -> np.ndarray:
+    """The dense matrix of a linear NumPy step on arrays of ``shape``."""
+    n = math.prod(shape)
+    cols = [step_numpy(np.eye(n)[j].reshape(shape)).ravel() for j in range(n)]
+    return np.stack(cols, axis=1)
+
+
+def adjoint(step_numpy, w: np.ndarray, steps: int) -> np.ndarray:
+    """``(A^T)^steps w``: the gradient of ``sum(w * run(u))`` for the step's matrix ``A``."""
+    a = matrix(step_numpy, w.shape)
+    g = w.ravel()
+    for _ in range(steps):
+        g = a.T @ g
+    return g.reshape(w.shape)
+
+
+def _copy_set(fn):
+    def step(u):
+        v = u.copy()
+        fn(u, v)
+        return v
+
+    return step
+
+
+C = 0.5
+NUMPY = {
+    "upwind": _copy_set(lambda u, v: v.__setitem__(slice(1, None), u[1:] - C * (u[1:] - u[:-1]))),
+    "downwind": _copy_set(lambda u, v: v.__setitem__(slice(None, -1),
+                                                     u[:-1] - C * (u[:-1] - u[1:]))),
+    "downwind_keep": _copy_set(lambda u, v: v.__setitem__(  # Keep: cell 0 is never written
+        slice(1, -1), u[1:-1] - C * (u[1:-1] - u[2:]))),
+    "two_below": _copy_set(lambda u, v: v.__setitem__(
+        slice(2, None), u[2:] - 0.5 * (u[1:-1] - u[:-2]) - 0.25 * (u[2:] - u[1:-1]))),
+    "ring": lambda u: u - C * (u - np.roll(u, 1)),
+    "upwind2d": _copy_set(lambda u, v: v.__setitem__(
+        (slice(1, None), slice(1, None)),
+        u[1:, 1:] - 0.25 * (u[1:, 1:] - u[:-1, 1:]) - 0.25 * (u[1:, 1:] - u[1:, :-1]))),
+    "advect_diffuse": _copy_set(lambda u, v: v.__setitem__(
+        (slice(1, None), slice(1, -1)),
+        u[1:, 1:-1] - 0.25 * (u[1:, 1:-1] - u[:-1, 1:-1])
+        + 0.125 * (u[1:, :-2] - 2 * u[1:, 1:-1] + u[1:, 2:]))),
+}  # fmt: skip
+CASES = [  # step, its name in NUMPY, shape, mesh shape, boundary
+    (upwind, "upwind", (17,), (3,), pgas.Dirichlet(0.0)),  # blocks 6, 6, 5
+    (downwind, "downwind", (17,), (3,), pgas.Dirichlet(1.0)),
+    (downwind, "downwind_keep", (17,), (3,), pgas.Keep()),
+    (two_below, "two_below", (19,), (2,), pgas.Neumann()),
+    (ring, "ring", (17,), (3,), pgas.Periodic()),
+    (upwind2d, "upwind2d", (13, 12), (2, 2), pgas.Dirichlet(0.0)),
+    (advect_diffuse, "advect_diffuse", (13, 12), (2, 2), pgas.Neumann()),
+]
+
+
+@pytest.mark.parametrize(
+    "step,name,shape,parts,bc", CASES, ids=lambda c: getattr(c, "__name__", str(c))
+)
+def test_a_one_sided_steps_gradient_is_its_transposed_matrix(step, name, shape, parts, bc):
+    names = ("y", "x")[-len(shape) :]
+    mesh = pgas.make_mesh(names, shape=parts, devices=math.prod(parts))
+    rng = np.random.default_rng(7)
+    x0, w = rng.random(shape), rng.random(shape)
+    weight = pgas.from_numpy(w, mesh, boundary=bc)
+    want = adjoint(NUMPY[name], w, 11)
+    u = pgas.from_numpy(x0, mesh, boundary=bc)
+    assert affine(step, u)
+    for k in (1, "auto"):
+
+        def loss(u, k=k):
+            return pgas.sum(weight * pgas.run(step, u, 11, steps_per_exchange=k))
+
+        np.testing.assert_allclose(jax.jit(jax.grad(loss))(u).to_numpy(), want, rtol=1e-12,
+                                   atol=1e-14)  # fmt: skip
+
+
+def _variable(u, kappa):
+    n = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+    u[1:-1, 1:-1] = u[1:-1, 1:-1] + kappa[1:-1, 1:-1] * n
+    return u
+
+
+def test_a_coefficient_fields_transposed_step_reads_it_in_params_and_from_the_enclosing_scope():
+    rng = np.random.default_rng(8)
+    x0, k0, w = rng.random((14, 13)), 0.05 + 0.15 * rng.random((14, 13)), rng.random((14, 13))
+
+    def numpy_step(u):
+        v = u.copy()
+        n = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+        v[1:-1, 1:-1] = u[1:-1, 1:-1] + k0[1:-1, 1:-1] * n
+        return v
+
+    want = adjoint(numpy_step, w, 9)
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+    kappa = pgas.from_numpy(k0, mesh)
+    weight = pgas.from_numpy(w, mesh)
+
+    def captured(u):
+        return _variable(u, kappa)
+
+    for k in (1, "auto"):
+
+        def in_params(u, k=k):
+            return pgas.sum(weight * pgas.run(_variable, u, 9, params=kappa, steps_per_exchange=k))
+
+        def closed(u, k=k):
+            return pgas.sum(weight * pgas.run(captured, u, 9, steps_per_exchange=k))
+
+        np.testing.assert_allclose(jax.grad(in_params)(u).to_numpy(), want, rtol=1e-12)
+        np.testing.assert_allclose(jax.grad(closed)(u).to_numpy(), want, rtol=1e-12)
+
+
+def test_the_reverse_pass_of_an_affine_step_exchanges_deep_halos():
+    """JAX's transpose of the loop exchanges one cell per step; the transposed step runs
+    through the deep-halo loop: every collective-permute of the gradient carries at least
+    two cells (the forward's k cells, the adjoint's 2k), and none gathers."""
+    x0 = np.random.default_rng(9).random(4096)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+    grad = jax.jit(jax.grad(lambda u: pgas.sum(pgas.run(heat, u, 64) ** 2))).lower(u).compile()
+    hlo = grad.as_text()
+    widths = [int(s.split(",")[-1]) for s in PERMUTE.findall(hlo)]
+    assert widths and min(widths) >= 2, widths
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+    np.testing.assert_allclose(grad(u).to_numpy(), _heat_adjoint(2 * _heat(x0, 64), 64),
+                               rtol=1e-12)  # fmt: skip
+
+
+def _heat(u, steps):
+    u = u.copy()
+    for _ in range(steps):
+        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def _heat_adjoint(g, steps):
+    for _ in range(steps):
+        out = g.copy()
+        out[1:-1] = 0.5 * g[1:-1]
+        out[:-2] += 0.25 * g[1:-1]
+        out[2:] += 0.25 * g[1:-1]
+        g = out
+    return g
+
+
+def test_affine_tells_a_linear_step_from_a_nonlinear_one():
+    """Affine steps on fields without Neumann faces are transposed; the rest (also the
+    Neumann cases above) are differentiated through JAX's transpose of the single-step
+    loop."""
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(np.ones(16), mesh)
+
+    def scaled(u, c):
+        u[1:-1] = c * u[1:-1] + 1.0  # affine: a constant added
+        return u
+
+    def clipped(u):
+        u[1:-1] = abs(u[1:-1])
+        return u
+
+    assert affine(heat, u) and affine(scaled, u, 0.5) and transposable(heat, u)
+    assert not transposable(heat, pgas.from_numpy(np.ones(16), mesh, boundary=pgas.Neumann()))
+    assert not affine(lambda u: u * u, u)
+    assert not affine(clipped, u)
+    with_time = {"u": u, "t": jnp.float64(0.0)}  # a scalar in the state
+    assert not affine(lambda s: {"u": s["u"], "t": s["t"] + 1.0}, with_time)
+
+
+def test_vmap_and_grad_compose_with_the_transposed_loop():
+    """JAX has no batching rule for the transposed loop's linear_call: under vmap the
+    derivative's loop is transposed instead, with the same numbers."""
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(np.random.default_rng(10).random(30), mesh, boundary=pgas.Keep())
+
+    def step(u, c):
+        u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
+        return u
+
+    def loss(u, c):
+        return pgas.sum(pgas.run(step, u, 7, params=c) ** 2)
+
+    cs = jnp.array([0.05, 0.1, 0.2])
+    each = np.stack([jax.grad(loss)(u, c).to_numpy() for c in cs])
+    np.testing.assert_allclose(jax.vmap(lambda c: jax.grad(loss)(u, c).data)(cs), each,
+                               rtol=1e-12)  # fmt: skip
+    total = jax.grad(lambda u: jax.vmap(lambda c: loss(u, c))(cs).sum())(u)
+    np.testing.assert_allclose(total.to_numpy(), each.sum(0), rtol=1e-12)
