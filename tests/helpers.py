@@ -14,6 +14,17 @@ def heat_numpy(u: np.ndarray, steps: int) -> np.ndarray:
     return u
 
 
+def heat_adjoint(g: np.ndarray, steps: int) -> np.ndarray:
+    """The transpose of the seed heat step (``Keep`` ends)."""
+    for _ in range(steps):
+        out = g.copy()
+        out[1:-1] = 0.5 * g[1:-1]
+        out[:-2] += 0.25 * g[1:-1]
+        out[2:] += 0.25 * g[1:-1]
+        g = out
+    return g
+
+
 def life_numpy(b: np.ndarray, steps: int) -> np.ndarray:
     """B3/S23 on a torus."""
     for _ in range(steps):

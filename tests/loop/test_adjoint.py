@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import heat_adjoint, heat_numpy
 from stencils import advect_diffuse, downwind, heat, ring, two_below, upwind, upwind2d
 
 import pgas
@@ -142,25 +143,8 @@ def test_the_reverse_pass_of_an_affine_step_exchanges_deep_halos():
     widths = [int(s.split(",")[-1]) for s in PERMUTE.findall(hlo)]
     assert widths and min(widths) >= 2, widths
     assert "all-gather" not in hlo and "all-to-all" not in hlo
-    np.testing.assert_allclose(grad(u).to_numpy(), _heat_adjoint(2 * _heat(x0, 64), 64),
+    np.testing.assert_allclose(grad(u).to_numpy(), heat_adjoint(2 * heat_numpy(x0, 64), 64),
                                rtol=1e-12)  # fmt: skip
-
-
-def _heat(u, steps):
-    u = u.copy()
-    for _ in range(steps):
-        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
-    return u
-
-
-def _heat_adjoint(g, steps):
-    for _ in range(steps):
-        out = g.copy()
-        out[1:-1] = 0.5 * g[1:-1]
-        out[:-2] += 0.25 * g[1:-1]
-        out[2:] += 0.25 * g[1:-1]
-        g = out
-    return g
 
 
 def test_affine_tells_a_linear_step_from_a_nonlinear_one():

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import heat_numpy
+from helpers import heat_adjoint, heat_numpy
 from stencils import heat
 
 import pgas
@@ -57,17 +57,6 @@ def shifted_heat_adjoint(g: np.ndarray, bc, steps: int, c=0.125) -> np.ndarray:
     for _ in range(steps):
         s = sum(shift_adjoint(g, o, a, bc) for a in range(g.ndim) for o in (1, -1))
         g = (1 - 2 * g.ndim * c) * g + c * s
-    return g
-
-
-def heat_adjoint(g: np.ndarray, steps: int) -> np.ndarray:
-    """The transpose of the seed heat step (``Keep`` ends)."""
-    for _ in range(steps):
-        out = g.copy()
-        out[1:-1] = 0.5 * g[1:-1]
-        out[:-2] += 0.25 * g[1:-1]
-        out[2:] += 0.25 * g[1:-1]
-        g = out
     return g
 
 
