@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -772,16 +771,18 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     # loop is cut into rematerialised segments; the forward loop runs as the standalone one
     forward = functools.partial(prog.inline, segment=None)
     derivative = functools.partial(single.inline, segment=_segment(remat_every, steps))
-    back = _adjoint_loop(step, state, steps, params, every, how, held)
+    back = None
+    if every is None and _is_int(steps) and how.widths is not None and len(held) == len(keys):
+        # no captured array is traced: the transposed loop may close over what the step reads
+        back = functools.partial(_adjoint_loop, step, steps, how, held)
     return _differentiable(forward, derivative, state, steps, params, back)
 
 
-def _adjoint_loop(step, state, steps, params, every, how: Plan, held) -> Callable | None:
+def _adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Callable | None:
     """``back(ct, params)``: the transposed step run ``steps`` times through the forward's
     loop (:mod:`pgas.loop.adjoint`), for a step affine in its state; ``None`` where JAX
-    transposes the derivative's loop instead."""
-    if every is not None or not _is_int(steps) or how.widths is None:
-        return None
+    transposes the derivative's loop instead. Made where reverse mode asks for it (inside
+    the rule of :func:`_differentiable`), so a forward run under ``jit`` traces none of it."""
     if not adjoint.transposable(step, state, params):
         return None
     widths = adjoint.adjoint_reach(how.reach)
@@ -800,7 +801,7 @@ def _adjoint_loop(step, state, steps, params, every, how: Plan, held) -> Callabl
 
 
 def _differentiable(forward: Callable, derivative: Callable, state, steps, params,
-                    back: Callable | None = None):  # fmt: skip
+                    adjoint_of: Callable | None = None):  # fmt: skip
     """``forward(state, steps, params, tied=True)``, differentiated as
     ``derivative(state, steps, params, tied=False)`` (see :func:`_tie`).
 
@@ -815,56 +816,53 @@ def _differentiable(forward: Callable, derivative: Callable, state, steps, param
     (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
     the caller gave it (a static count, or a traced one for forward use).
 
-    ``back(ct, params)`` (a step affine in its state, :func:`_adjoint_loop`):
-    where only the state has a tangent, the rule's tangent is a
-    ``jax.custom_derivatives.linear_call`` whose transpose is ``back``, the
-    transposed step through the forward's deep-halo loop, so reverse mode runs
-    that instead of JAX's transpose of the derivative's loop.
+    ``adjoint_of(state, params)``: the transposed loop ``back(ct, params)`` or
+    ``None`` (:func:`_adjoint_loop`). Where only the state has a tangent and
+    ``back`` exists, the rule's tangent is a ``jax.custom_derivatives.linear_call``
+    whose transpose is ``back``, so reverse mode runs the transposed step
+    through the forward's deep-halo loop instead of JAX's transpose of the
+    derivative's loop; the rule's primal is then the forward loop as a while
+    loop (reverse mode's partial evaluation of a scan would hoist its index
+    arrays out of the loop, see :func:`_fori`).
     """
 
-    def loop(inline: Callable, tied: bool, scan: bool = True) -> Callable:
-        return lambda s, p: inline(s, steps, p, tied=tied, scan=scan)
+    def loop(inline: Callable, tied: bool) -> Callable:
+        return lambda s, p: inline(s, steps, p, tied=tied)
 
-    # every function crosses the custom_jvp boundary closure-converted: its constants are
-    # arguments, kept in ``cs`` after one another (``sizes``)
     tied, consts = jax.closure_convert(loop(forward, True), state, params)
     untied, others = jax.closure_convert(loop(derivative, False), state, params)
-    parts = [consts, others]
-    if back is not None:
-        # inside the rule the primal loop is a while loop: reverse mode's partial evaluation
-        # of a scan would hoist its index arrays out of the loop (see _fori)
-        direct, ahead = jax.closure_convert(loop(forward, True, False), state, params)
-        back, behind = jax.closure_convert(back, state, params)
-        parts += [ahead, behind]
-    ends = list(itertools.accumulate(len(c) for c in parts))
+    n = len(consts)
+    made: dict = {}
 
-    def take(cs, i):
-        return cs[ends[i] - len(parts[i]) : ends[i]]
+    def back_for(s, p) -> Callable | None:
+        if adjoint_of is None or _batched():
+            return None
+        if "back" not in made:
+            made["back"] = adjoint_of(s, p)
+        return made["back"]
 
     @jax.custom_jvp
     def run(s, p, *cs):
-        return tied(s, p, *take(cs, 0))
+        return tied(s, p, *cs[:n])
 
     def tangent(res, ds):
         s, p, cs = res
         zero = jax.custom_derivatives.zero_from_primal
-        return jax.jvp(untied, (s, p, *take(cs, 1)), (ds, zero(p), *zero(take(cs, 1))))[1]
-
-    def transpose(res, ct):
-        _, p, cs = res
-        return back(ct, p, *take(cs, 3))
+        return jax.jvp(untied, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
 
     @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
         (s, p, *cs), (ds, dp, *dcs) = primals, tangents
-        if back is not None and _zero(dp) and _zero(dcs) and not _zero(ds) and not _batched():
-            ds = _dense(s, ds)
-            out = direct(s, p, *take(cs, 2))
-            return out, jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs), ds)
+        back = back_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
+        if back is not None:
+            out = forward(s, steps, p, tied=True, scan=False)
+            transpose = lambda res, ct: back(ct, res[1])  # noqa: E731
+            lin = jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs), _dense(s, ds))
+            return out, lin
         dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
-        return jax.jvp(untied, (s, p, *take(cs, 1)), (ds, dp, *take(dcs, 1)))
+        return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
 
-    return run(state, params, *(c for part in parts for c in part))
+    return run(state, params, *consts, *others)
 
 
 def _batched() -> bool:
