@@ -35,7 +35,8 @@ the face's cells after every assignment; giving its cotangent back to them in
 every transposed sub-step made the transposed loop many times slower than the
 forward (benchmarks/README.md), so such a run is not transposed here.
 Everything else (a nonlinear step, a derivative with respect to ``params`` or a
-captured coefficient, scalars in the state) is differentiated by JAX through
+captured coefficient, a traced array read from the enclosing scope, scalars in the
+state) is differentiated by JAX through
 the single-step loop of :func:`pgas.loop.timeloop._differentiable`.
 """
 
