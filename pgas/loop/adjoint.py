@@ -72,15 +72,15 @@ def _fields_only(state: State) -> bool:
     )
 
 
-def _datas(state: State) -> tuple[list, Callable]:
-    """The fields' data, and ``rebuild(datas)``: the state with those data."""
+def _fields(state: State) -> tuple[list, Callable]:
+    """The state's fields, and ``rebuild(datas)``: the state with those data."""
     leaves, tree = jax.tree.flatten(state, is_leaf=_is_array)
 
     def rebuild(datas):
         return tree.unflatten([GlobalArray(d, g.layout, g.ext, g.anchor)
                                for d, g in zip(datas, leaves)])  # fmt: skip
 
-    return [g.data for g in leaves], rebuild
+    return leaves, rebuild
 
 
 def _depends(jaxpr, hit: list[bool]) -> list[bool]:
@@ -143,7 +143,8 @@ def affine(step: Callable, state: State, params: Any = None) -> bool:
     """
     if not _fields_only(state):
         return False
-    datas, rebuild = _datas(state)
+    leaves, rebuild = _fields(state)
+    datas = [g.data for g in leaves]
     body = step_fn(step, params)
     if not _fields_only(jax.eval_shape(lambda d: body(rebuild(d)), datas)):
         return False
@@ -194,8 +195,7 @@ def transposed(step: Callable, takes_params: bool, widths: tuple[int, ...]) -> C
 
     def adj(state, params=None):
         body = step_fn(step, params if takes_params else None)
-        datas, rebuild = _datas(state)
-        leaves = jax.tree.leaves(state, is_leaf=_is_array)
+        leaves, rebuild = _fields(state)
         exts: list = []
 
         def apply(d):
@@ -203,7 +203,7 @@ def transposed(step: Callable, takes_params: bool, widths: tuple[int, ...]) -> C
             exts[:] = [blocks_of(g)[1] for g in out]
             return [blocks_of(g)[0] for g in out]
 
-        zeros = [jnp.zeros_like(d) for d in datas]
+        zeros = [jnp.zeros_like(g.data) for g in leaves]
         jax.eval_shape(apply, zeros)  # the extension of each written field
 
         def linear(d):

@@ -786,7 +786,7 @@ def _adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Ca
     if not adjoint.transposable(step, state, params):
         return None
     widths = adjoint.adjoint_reach(how.reach)
-    fields = [g for g in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))]
+    fields = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
     shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
                      for a in range(len(widths)))  # fmt: skip
     read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
@@ -796,7 +796,8 @@ def _adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Ca
         return None
     takes = params is not None
     prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
-                   how.platform == "cpu" and k > 1, None, takes, held)  # fmt: skip
+                   double=how.platform == "cpu" and k > 1, takes_params=takes,
+                   captured=held)  # fmt: skip
     return lambda ct, p: prog.inline(ct, steps, p, None)
 
 
