@@ -73,6 +73,7 @@ from typing import Any
 
 import jax
 import jax.extend.core
+import jax.interpreters.batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -871,6 +872,33 @@ def _batched() -> bool:
     so there the derivative's loop is transposed by JAX instead."""
     probe = getattr(jax.extend.core, "unsafe_am_i_under_a_vmap_DO_NOT_USE", None)
     return probe is not None and probe()
+
+
+def _linear_call_batched(axis_data, args, dims, *, callee, **_):
+    """Batching rule of ``linear_call``, which JAX lacks: a batched ``linear_call`` runs its
+    callee, a linear function that JAX transposes itself.
+
+    A ``jax.jit`` of a gradient traces the transposed loop's ``linear_call`` (its callee
+    is the transposed loop) before a ``jax.vmap`` around the ``jit`` batches the traced
+    program, where :func:`_batched` cannot see the ``vmap``; the callee then runs
+    batched, with the same numbers. Where the forward's tangent is batched and later
+    transposed, JAX transposes the derivative's loop, as it does under ``vmap``
+    elsewhere."""
+    outs = jax.vmap(jax.extend.core.jaxpr_as_fun(callee), in_axes=list(dims),
+                    axis_size=axis_data.size, axis_name=axis_data.name,
+                    spmd_axis_name=axis_data.spmd_name)(*args)  # fmt: skip
+    return outs, [0] * len(outs)
+
+
+def _linear_call_primitive():
+    """The primitive :func:`jax.custom_derivatives.linear_call` binds (found by tracing one)."""
+    call = lambda x: jax.custom_derivatives.linear_call(lambda r, v: v, lambda r, c: c, (), x)  # noqa: E731
+    return jax.make_jaxpr(call)(0.0).eqns[0].primitive
+
+
+jax.interpreters.batching.fancy_primitive_batchers.setdefault(
+    _linear_call_primitive(), _linear_call_batched
+)
 
 
 def _zero(tangents) -> bool:
