@@ -31,10 +31,12 @@ computed from each process's blocks and combined with one small reduction.
 Freed buffers go back to the system (:func:`pgas.runtime.memory.return_freed_buffers`,
 called by :func:`pgas.app.platform.start`), and so does the memory XLA's compiler
 freed, once the comm report and the warm-up have compiled
-(:func:`pgas.runtime.memory.trim_freed_memory`). Nothing gathers the field unless
-asked: ``run(..., gather=True)`` puts the whole decoded field in
-:attr:`Result.field` (on every process for ``auto`` and ``explicit``, on rank 0
-for ``mpi``), at the cost of the whole field on each of them.
+(:func:`pgas.runtime.memory.trim_freed_memory`); every process of a multi-process
+job allocates from one heap (:func:`pgas.runtime.memory.share_one_heap`).
+Nothing gathers the field unless asked: ``run(..., gather=True)`` puts the
+whole decoded field in :attr:`Result.field` (on every process for ``auto`` and
+``explicit``, on rank 0 for ``mpi``), at the cost of the whole field on each of
+them.
 """
 
 from __future__ import annotations

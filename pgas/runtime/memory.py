@@ -10,8 +10,14 @@ size of the last such buffer freed (up to 32 MiB), after which buffers of up to
 that size come from its heap, where freed ones stay resident and fragment, so a
 process's resident memory grows with blocks it no longer holds. Setting the
 threshold fixes it (and turns off that adjustment). ``PGAS_MMAP_THRESHOLD``
-overrides the threshold in bytes (``0`` leaves the C library's default). A C
-library other than glibc is left alone. Imports nothing from pgas.
+overrides the threshold in bytes (``0`` leaves the C library's default).
+
+:func:`share_one_heap` (called by :func:`~pgas.app.platform.start` in every
+process of a multi-process job) makes all of a process's threads allocate from
+one heap: XLA's compiler allocates from several threads, and glibc gives each its
+own heap (up to 8 per core), where what it freed stays resident.
+:func:`trim_freed_memory` gives the free memory of the heaps back after a
+compilation. A C library other than glibc is left alone. Imports nothing from pgas.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["DEFAULT_THRESHOLD", "return_freed_buffers", "trim_freed_memory"]
+__all__ = ["DEFAULT_THRESHOLD", "return_freed_buffers", "share_one_heap", "trim_freed_memory"]
 
 #: allocations from this size (bytes) up get their own mapping
 DEFAULT_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters (malloc.h)
+_M_ARENA_MAX = -8
 
 
 def return_freed_buffers(threshold: int | None = None) -> bool:
@@ -59,6 +66,38 @@ def return_freed_buffers(threshold: int | None = None) -> bool:
         return False  # not glibc (or no C library by that name): nothing to set
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, min(int(threshold), 2**31 - 1)))
+
+
+def share_one_heap() -> bool:
+    """Let every thread of this process allocate from one heap (glibc: one arena).
+
+    glibc gives a thread that allocates its own heap (an *arena*, up to 8 per core),
+    and what a thread frees stays resident in its heap. XLA's compiler allocates
+    tens of MiB in small pieces from several threads, so each compilation left
+    several partly used heaps, more for larger shapes, which a run's blocks were
+    then allocated beside. With one heap, the freed pieces are reused and trimmed
+    in one place. Every process of a multi-process job calls this
+    (:func:`pgas.app.platform.start`), where memory per process is the measure
+    and the processes share the node's cores; a single process keeps glibc's
+    default, which compiles a little faster (benchmarks/README.md, "Memory per
+    process"). glibc's own ``MALLOC_ARENA_MAX``, when set, is left to decide.
+
+    Returns:
+        True if glibc took the setting; False if ``MALLOC_ARENA_MAX`` is set or the C
+        library is not glibc.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"MALLOC_ARENA_MAX": "4"}):
+    ...     share_one_heap()  # glibc's own setting decides
+    False
+    """
+    if os.environ.get("MALLOC_ARENA_MAX", "").strip():
+        return False
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, 1))
 
 
 def trim_freed_memory() -> bool:

@@ -85,6 +85,21 @@ def test_start_reports_the_session(monkeypatch):
     assert platform.start(RunOptions(devices=1), "demo.py").device_kind.startswith("NVIDIA")
 
 
+def test_only_a_process_of_a_multiprocess_job_shares_one_heap(monkeypatch):
+    from pgas.references import mpi
+    from pgas.runtime import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "share_one_heap", lambda: calls.append(True))
+    monkeypatch.setattr(memory, "return_freed_buffers", lambda: True)  # this process's own
+    platform.start(RunOptions(devices=2), "demo.py")
+    assert calls == []  # one process: glibc's default heaps, which compile faster
+    monkeypatch.setattr(mpi, "launched", lambda: False)
+    with pytest.raises(pgas.PgasError):  # an mpi run outside a launcher: refused after
+        platform.start(RunOptions(backend="mpi"), "demo.py")
+    assert calls == [True]
+
+
 def test_start_mpi_without_launcher_says_how(monkeypatch):
     from pgas.references import mpi
 

@@ -1,15 +1,23 @@
-"""pgas.runtime.memory: the C library's mmap threshold, set once per process, and the
-memory its heaps keep after a compilation, given back."""
+"""pgas.runtime.memory: the C library's mmap threshold, set once per process, one heap for
+all threads, and the memory its heaps keep after a compilation, given back."""
 
 from __future__ import annotations
 
 import ctypes.util
+import os
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from pgas.runtime.memory import DEFAULT_THRESHOLD, return_freed_buffers, trim_freed_memory
+from pgas.runtime.memory import (
+    DEFAULT_THRESHOLD,
+    return_freed_buffers,
+    share_one_heap,
+    trim_freed_memory,
+)
 
 glibc = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="not glibc"
@@ -34,6 +42,41 @@ def test_the_environment_overrides(monkeypatch):
     monkeypatch.setenv("PGAS_MMAP_THRESHOLD", "1MiB")
     with pytest.raises(ValueError, match="PGAS_MMAP_THRESHOLD = '1MiB'"):
         return_freed_buffers()
+
+
+# four threads allocate at once, then glibc's malloc_stats() lists its heaps on stderr
+_HEAPS = """
+import ctypes, sys, threading
+from pgas.runtime.memory import share_one_heap
+if sys.argv[1] == "one":
+    assert share_one_heap()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+go = threading.Barrier(4)
+def allocate():
+    go.wait()
+    kept = [libc.malloc(1000) for _ in range(1000)]
+threads = [threading.Thread(target=allocate) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.malloc_stats()
+"""
+
+
+@glibc
+@pytest.mark.parametrize("setting", ["one", "default"])
+def test_one_heap_serves_every_thread(setting):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    run = subprocess.run([sys.executable, "-c", _HEAPS, setting], env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    heaps = run.stderr.count("Arena ")
+    assert heaps == 1 if setting == "one" else heaps > 1, run.stderr
+
+
+@glibc
+def test_glibc_environment_decides_the_heaps(monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    assert share_one_heap() is False
 
 
 def _rss_kib() -> int:
