@@ -43,8 +43,8 @@ import jax.numpy as jnp
 
 from pgas.grid.decomposition import BlockAxis, ext_pair
 
-__all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror", "Transport",
-           "Trim"]  # fmt: skip
+__all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror",
+           "refill_mirror_slabs", "Transport", "Trim"]  # fmt: skip
 
 Transport = Callable[[jax.Array, int], jax.Array]
 """``transport(slab, direction)``: block b receives the slab of block b - direction."""
@@ -336,6 +336,60 @@ def refill_mirror(
         hit = (block_number == grid.parts - 1) & (cell >= end) & (cell < end + above)
         ext = jnp.where(hit, ghost, ext)
     return ext
+
+
+def refill_mirror_slabs(
+    buffer: jax.Array,
+    data: jax.Array,
+    at: list[int],
+    axis: int,
+    width: int | tuple[int, int],
+    grid: BlockAxis,
+    faces: tuple,
+    block_number: jax.Array,
+    earlier: Callable[[jax.Array], jax.Array] | None = None,
+) -> jax.Array:
+    """``buffer``, into which ``data`` (``width`` cells of extension per side on ``axis``)
+    was just written at index ``at``, with the ghost cells beyond every Neumann face of
+    ``data``'s extension re-filled (:func:`refill_mirror`) by a slab per face.
+    ``earlier``: the re-fill of the axes before ``axis``, applied to each slab read from
+    ``data`` (as :func:`refill_mirror` axis by axis reads the earlier axes' ghosts).
+
+    The slabs are computed from ``data`` and written by dynamic-update-slices, which a
+    loop buffer takes in place after a sub-step: the sub-step stays one pass over the
+    block (:func:`refill_mirror`'s masked full-size select inside it cost a pass of
+    its own, and a slab read back from the buffer made XLA copy the buffer).
+
+    >>> import jax.numpy as jnp
+    >>> from pgas.grid.boundary import Neumann
+    >>> d = jnp.array([[9.0, 1.0, 2.0, 3.0, 9.0]])
+    >>> b = jnp.array([[8.0, 9.0, 1.0, 2.0, 3.0, 9.0, 8.0]])
+    >>> refill_mirror_slabs(b, d, [0, 1], 0, 1, BlockAxis(3, 1), (Neumann(), Neumann()),
+    ...                     jnp.zeros((1, 1), int)).tolist()
+    [[8.0, 1.0, 1.0, 2.0, 3.0, 3.0, 8.0]]
+    """
+    ca = 2 * axis + 1
+    low, high = faces
+    below, above = ext_pair(width)
+
+    def write(buffer, slab, start):  # slab at data index ``start`` on axis
+        return jax.lax.dynamic_update_slice(buffer, slab, [*at[:ca], at[ca] + start, *at[ca + 1 :]])
+
+    def read(start, stop):
+        slab = _take(data, ca, start, stop)
+        return slab if earlier is None else earlier(slab)
+
+    if low.refreshed and below:
+        near = read(0, 2 * below)  # the ghosts and the cells they mirror
+        ghost = jnp.flip(_take(near, ca, below, 2 * below), ca)
+        buffer = write(buffer, jnp.where(block_number == 0, ghost, _take(near, ca, 0, below)), 0)
+    if high.refreshed and above:
+        end = below + grid.length(grid.parts - 1)  # first ghost cell of the last block
+        near = read(end - above, end + above)
+        ghost = jnp.flip(_take(near, ca, 0, above), ca)
+        old = _take(near, ca, above, 2 * above)
+        buffer = write(buffer, jnp.where(block_number == grid.parts - 1, ghost, old), end)
+    return buffer
 
 
 def _place(x: jax.Array, axis: int, start: int, size: int) -> jax.Array:

@@ -30,7 +30,9 @@ shrinks the extension by the stencil's reach, and after ``k`` sub-steps the
 block's own cells are what ``k`` single steps give, bit for bit (the same
 arithmetic on the same values). Halo cells are masked by the global cell they
 copy, so windows, ``Keep`` faces and padding act on them exactly as on their
-owners; ghost cells beyond a Neumann face are re-filled after every assignment.
+owners; ghost cells beyond a Neumann face are re-filled after every assignment
+(inside a double-buffered loop, by slabs where the loop writes the result into its
+buffer: :func:`deferring_mirrors`).
 
 Halos per side. A read records its offsets per side (:attr:`Read.sides`: the
 cells it reads below and above the window), and everything follows them per
@@ -61,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,13 +79,13 @@ from pgas.errors import (
     LayoutError,
     ShapeMismatchError,
 )
-from pgas.globalview.halo import extend, refill_mirror
+from pgas.globalview.halo import extend, refill_mirror, refill_mirror_slabs
 from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
 from pgas.grid.decomposition import Ext, ext_of, ext_sides
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
-           "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides",
-           "sides_of", "reads_of", "needs_of", "holding"]  # fmt: skip
+           "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides", "Mirrors",
+           "deferring_mirrors", "sides_of", "reads_of", "needs_of", "holding"]  # fmt: skip
 
 Sides = tuple[tuple[int, int], ...]
 """Cells per axis ``(below, above)``: below is toward lower indices."""
@@ -106,6 +109,83 @@ def holding(copies: dict[int, tuple[Any, Any]]) -> Iterator[None]:
         yield
     finally:
         _HELD.pop()
+
+
+class Mirrors:
+    """The results whose ghost cells beyond a Neumann face wait to be re-filled
+    (:func:`deferring_mirrors`): ``id(data) -> (data, layout, domain)``."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, tuple[Any, Any, Sides]] = {}
+        self._fresh: dict[int, tuple[Any, Any]] = {}
+
+    def mark(self, data, layout, domain: Sides) -> None:
+        self._waiting[id(data)] = (data, layout, domain)
+
+    def waiting(self, data) -> tuple[Any, Sides] | None:
+        """``(layout, domain)`` if ``data``'s ghosts wait to be re-filled, else None."""
+        entry = self._waiting.get(id(data))
+        return entry[1:] if entry is not None and entry[0] is data else None
+
+    def fresh(self, data, anchor=None):
+        """``data`` with its waiting ghosts re-filled (computed once), or ``data``."""
+        entry = self._fresh.get(id(data))
+        if entry is not None and entry[0] is data:
+            return entry[1]
+        found = self.waiting(data)
+        if found is None:
+            return data
+        out = _mirror(data, *found, anchor)
+        self._fresh[id(data)] = (data, out)
+        return out
+
+    def place(self, data, buffer, have) -> jax.Array:
+        """``buffer`` (extension ``have``), into which ``data`` was written, with ``data``'s
+        waiting ghosts re-filled in it by slabs (in place in a loop buffer)."""
+        found = self.waiting(data)
+        if found is None:
+            return buffer
+        lay, domain = found
+        at = [0] * data.ndim  # where data's first cell sits in the buffer
+        for axis, (h, d) in enumerate(zip(ext_sides(have), domain)):
+            at[2 * axis + 1] = h[0] - d[0]
+        for axis, d in enumerate(domain):
+            if any(d):
+                earlier = functools.partial(_mirror, layout=lay, domain=domain[:axis])
+                buffer = refill_mirror_slabs(buffer, data, at, axis, d, lay.axes[axis],
+                                             lay.boundary[axis], lay.block_iota(axis),
+                                             earlier if axis else None)  # fmt: skip
+        return buffer
+
+
+_DEFERRED: list[Mirrors] = []
+
+
+@contextlib.contextmanager
+def deferring_mirrors() -> Iterator[Mirrors]:
+    """Inside: an assignment to a framed array leaves the ghost cells beyond its Neumann
+    faces as they were, and marks its result in the :class:`Mirrors` yielded.
+
+    An assignment re-fills those ghosts from the cells next to the face
+    (:func:`write`); inside a double-buffered loop's sub-step that masked
+    full-size select was a second pass over the block. The loop re-fills them
+    instead where it writes the result into its buffer (:meth:`Mirrors.place`);
+    a read of a marked array inside (a later assignment in the same step)
+    re-fills them first, so every read sees what it saw before.
+    """
+    mirrors = Mirrors()
+    _DEFERRED.append(mirrors)
+    try:
+        yield mirrors
+    finally:
+        _DEFERRED.pop()
+
+
+def _fresh(data, anchor=None):
+    """``data`` with the ghosts a :func:`deferring_mirrors` left waiting re-filled."""
+    for mirrors in reversed(_DEFERRED):
+        data = mirrors.fresh(data, anchor)
+    return data
 
 
 def _held(array):
@@ -355,7 +435,7 @@ def sources(reads: list[Read], base: Sides) -> dict[int, Source]:
     for read in reads:
         arr = read.array if read.array.ext is not None else _held(read.array)
         if arr.ext is not None:
-            out[id(read.array)] = Source(arr.data, ext_sides(arr.ext))
+            out[id(read.array)] = Source(_fresh(arr.data, arr.anchor), ext_sides(arr.ext))
             continue
         lay = arr.layout
         blocks = lay.to_blocks(arr.data)
@@ -473,6 +553,7 @@ def write(target, window: Window, new, reach, domain: Sides) -> tuple[jax.Array,
     its extension (``None`` for physical data)."""
     lay = target.layout
     blocks, ext = blocks_of(target)
+    blocks = _fresh(blocks, target.anchor)
     for axis, ((e, _), (lo, hi)) in enumerate(zip(ext, domain)):
         if ext[axis] != (lo, hi):
             blocks = jax.lax.slice_in_dim(blocks, e - lo, e + lay.axes[axis].block + hi,
@@ -484,11 +565,26 @@ def write(target, window: Window, new, reach, domain: Sides) -> tuple[jax.Array,
     result = jnp.broadcast_to(new if mask is None else jnp.where(mask, new, blocks), blocks.shape)
     if not frame:
         return lay.from_blocks(result), None
+    if _DEFERRED and _mirrored(lay, domain):
+        _DEFERRED[-1].mark(result, lay, domain)
+    else:
+        result = _mirror(result, lay, domain, target.anchor)
+    return result, ext_of(domain)
+
+
+def _mirrored(layout, domain: Sides) -> bool:
+    """Whether ``domain`` holds ghost cells beyond a Neumann face of ``layout``."""
+    return any((low.refreshed and d[0]) or (high.refreshed and d[1])
+               for (low, high), d in zip(layout.boundary, domain))  # fmt: skip
+
+
+def _mirror(result, layout, domain: Sides, anchor=None):
+    """``result`` (extension ``domain``) with its ghosts beyond Neumann faces re-filled."""
     for axis, d in enumerate(domain):
         if any(d):
-            result = refill_mirror(result, axis, d, lay.axes[axis], lay.boundary[axis],
-                                   lay.block_iota(axis), target.anchor)  # fmt: skip
-    return result, ext_of(domain)
+            result = refill_mirror(result, axis, d, layout.axes[axis], layout.boundary[axis],
+                                   layout.block_iota(axis), anchor)  # fmt: skip
+    return result
 
 
 def assign(target, window: Window, value) -> tuple[jax.Array, Ext | None]:

@@ -18,7 +18,9 @@ every field already extended (:func:`framed`), in two buffers, as an MPI code
 carries ``u`` and ``u_new`` with their ghost cells. :func:`double_group`
 exchanges the halo in place (:func:`pgas.halo.refill`: only the slabs are
 written), and writes each sub-step's result into the other buffer by a
-dynamic-update-slice that XLA fuses with the sub-step and does in place. So a
+dynamic-update-slice that XLA fuses with the sub-step and does in place; the
+ghost cells beyond a Neumann face are then re-filled in that buffer by slabs
+(:func:`pgas.globalview.lower.deferring_mirrors`). So a
 sub-step is one pass over the block with nothing recomputed, and a device
 holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
 extended copy and an intermediate of the single-buffered group).
@@ -55,7 +57,7 @@ import jax.numpy as jnp
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill
-from pgas.globalview.lower import anchor_of, blocks_of, holding, physical_of
+from pgas.globalview.lower import anchor_of, blocks_of, deferring_mirrors, holding, physical_of
 from pgas.globalview.view import View
 from pgas.grid.decomposition import Ext, ext_of, ext_pair, ext_sides
 from pgas.grid.mesh import platform_of
@@ -382,12 +384,14 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
             given = [g.data for g in state]  # a step may assign into the arrays it is given
-            out = tree.flatten_up_to(body(tree.unflatten(state)))
+            with deferring_mirrors() as mirrors:  # Neumann ghosts: re-filled in the buffer
+                out = tree.flatten_up_to(body(tree.unflatten(state)))
             for i, new in enumerate(out):
                 if new.data is given[i]:  # returned unchanged: stays in its buffer
                     continue
                 data, ext[i] = blocks_of(new)
-                now[i], spare[i] = _place(spare[i], data, xs[i].ext, ext[i]), now[i]
+                placed = mirrors.place(data, _place(spare[i], data, xs[i].ext, ext[i]), xs[i].ext)
+                now[i], spare[i] = placed, now[i]
         fields = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, now)]
         others = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, spare)]
         return tree.unflatten(fields), tree.unflatten(others)
