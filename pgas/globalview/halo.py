@@ -347,13 +347,14 @@ def refill_mirror_slabs(
     grid: BlockAxis,
     faces: tuple,
     block_number: jax.Array,
-    earlier: Callable[[jax.Array], jax.Array] | None = None,
+    written: bool = False,
 ) -> jax.Array:
     """``buffer``, into which ``data`` (``width`` cells of extension per side on ``axis``)
     was just written at index ``at``, with the ghost cells beyond every Neumann face of
     ``data``'s extension re-filled (:func:`refill_mirror`) by a slab per face.
-    ``earlier``: the re-fill of the axes before ``axis``, applied to each slab read from
-    ``data`` (as :func:`refill_mirror` axis by axis reads the earlier axes' ghosts).
+    ``written``: read the slabs from ``buffer`` instead (where the slabs of earlier axes
+    were written: :func:`refill_mirror` axis by axis reads their ghosts), each behind an
+    optimization barrier, so that XLA still writes the buffer in place.
 
     The slabs are computed from ``data`` and written by dynamic-update-slices, which a
     loop buffer takes in place after a sub-step: the sub-step stays one pass over the
@@ -375,9 +376,12 @@ def refill_mirror_slabs(
     def write(buffer, slab, start):  # slab at data index ``start`` on axis
         return jax.lax.dynamic_update_slice(buffer, slab, [*at[:ca], at[ca] + start, *at[ca + 1 :]])
 
-    def read(start, stop):
-        slab = _take(data, ca, start, stop)
-        return slab if earlier is None else earlier(slab)
+    def read(start, stop):  # cells [start, stop) of data's axis, from data or the buffer
+        if not written:
+            return _take(data, ca, start, stop)
+        lo, hi = list(at), [a + n for a, n in zip(at, data.shape)]
+        lo[ca], hi[ca] = at[ca] + start, at[ca] + stop
+        return jax.lax.optimization_barrier(jax.lax.slice(buffer, lo, hi))
 
     if low.refreshed and below:
         near = read(0, 2 * below)  # the ghosts and the cells they mirror

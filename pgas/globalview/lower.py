@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,12 +148,13 @@ class Mirrors:
         at = [0] * data.ndim  # where data's first cell sits in the buffer
         for axis, (h, d) in enumerate(zip(ext_sides(have), domain)):
             at[2 * axis + 1] = h[0] - d[0]
+        written = False  # slabs of an earlier axis in the buffer: later axes read them there
         for axis, d in enumerate(domain):
             if any(d):
-                earlier = functools.partial(_mirror, layout=lay, domain=domain[:axis])
                 buffer = refill_mirror_slabs(buffer, data, at, axis, d, lay.axes[axis],
                                              lay.boundary[axis], lay.block_iota(axis),
-                                             earlier if axis else None)  # fmt: skip
+                                             written)  # fmt: skip
+                written = written or _mirrored(lay, ((0, 0),) * axis + (d,))
         return buffer
 
 

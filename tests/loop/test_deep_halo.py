@@ -289,14 +289,14 @@ def _diffuse_2d_numpy(x, steps):
     return x
 
 
-@pytest.mark.parametrize("shape, mesh_shape", [((23, 31), (2, 3)), ((17, 10), (3, 2))])
-def test_neumann_2d_on_uneven_blocks_equals_numpy_at_every_k(shape, mesh_shape):
-    """A Neumann face on both axes, blocks of unequal length (the last one shorter): the
-    deep-halo loop re-fills the mirrored ghosts in its buffer after each sub-step."""
-    x0 = np.random.default_rng(sum(shape)).random(shape)
-    mesh = pgas.make_mesh(("y", "x"), shape=mesh_shape, devices=int(np.prod(mesh_shape)))
+def test_neumann_2d_on_uneven_blocks_equals_numpy_at_every_k():
+    """A Neumann face on both axes, both split into blocks of unequal length (the last one
+    shorter): the deep-halo loop re-fills the mirrored ghosts in its buffer after each
+    sub-step, the second axis's from the first's (corners and halo rows included)."""
+    x0 = np.random.default_rng(3).random((23, 31))
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 3), devices=6)
     make = lambda: pgas.from_numpy(x0, mesh, boundary=pgas.Neumann())  # noqa: E731
-    (got,) = _run_all_k(_diffuse_2d, make, 11, ks=(3, "auto"))
+    (got,) = _run_all_k(_diffuse_2d, make, 11, ks=("auto",))
     np.testing.assert_array_equal(got, _diffuse_2d_numpy(x0, 11))
 
 
@@ -314,7 +314,7 @@ def test_a_field_read_at_its_neumann_face_after_it_was_assigned_in_the_same_step
     mesh = pgas.make_mesh(("x",), devices=3)
     make = lambda: {n: pgas.from_numpy(x, mesh, boundary=pgas.Neumann())  # noqa: E731
                     for n, x in (("u", u0), ("v", v0))}  # fmt: skip
-    got_u, got_v = _run_all_k(step, make, 9, ks=(2, "auto"))
+    got_u, got_v = _run_all_k(step, make, 9, ks=("auto",))
     u, v = u0, v0
     for _ in range(9):
         e = np.pad(u, 1, mode="symmetric")
