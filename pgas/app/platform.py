@@ -191,10 +191,10 @@ def start(opts, script: str, dtype: str | None = None, shape=None) -> Session:
     from pgas.runtime.memory import return_freed_buffers, share_one_heap
 
     return_freed_buffers()  # a process's peak is the blocks it holds, not ones it freed
-    launched = distributed.detect_launcher() != "none"
-    if get(opts.backend).launched or opts.distributed or launched:
+    mpi, launched = get(opts.backend).launched, distributed.detect_launcher() != "none"
+    if mpi or opts.distributed or launched:
         share_one_heap()  # one of several processes: memory per process is the measure
-    if get(opts.backend).launched:
+    if mpi:
         return _start_mpi(script)
     check_fits(opts.devices, shape)
     if opts.distributed or launched:

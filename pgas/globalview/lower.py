@@ -84,7 +84,8 @@ from pgas.grid.decomposition import Ext, ext_of, ext_sides
 
 __all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
            "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides", "Mirrors",
-           "deferring_mirrors", "sides_of", "reads_of", "needs_of", "holding"]  # fmt: skip
+           "deferring_mirrors", "narrowed", "sides_of", "reads_of", "needs_of",
+           "holding"]  # fmt: skip
 
 Sides = tuple[tuple[int, int], ...]
 """Cells per axis ``(below, above)``: below is toward lower indices."""
@@ -138,23 +139,20 @@ class Mirrors:
         self._fresh[id(data)] = (data, out)
         return out
 
-    def place(self, data, buffer, have) -> jax.Array:
-        """``buffer`` (extension ``have``), into which ``data`` was written, with ``data``'s
+    def place(self, data, buffer, at: list[int]) -> jax.Array:
+        """``buffer``, into which ``data`` was written at index ``at``, with ``data``'s
         waiting ghosts re-filled in it by slabs (in place in a loop buffer)."""
         found = self.waiting(data)
         if found is None:
             return buffer
         lay, domain = found
-        at = [0] * data.ndim  # where data's first cell sits in the buffer
-        for axis, (h, d) in enumerate(zip(ext_sides(have), domain)):
-            at[2 * axis + 1] = h[0] - d[0]
         written = False  # slabs of an earlier axis in the buffer: later axes read them there
         for axis, d in enumerate(domain):
             if any(d):
                 buffer = refill_mirror_slabs(buffer, data, at, axis, d, lay.axes[axis],
                                              lay.boundary[axis], lay.block_iota(axis),
                                              written)  # fmt: skip
-                written = written or _mirrored(lay, ((0, 0),) * axis + (d,))
+                written = written or _refills(lay.boundary[axis], d)
         return buffer
 
 
@@ -515,6 +513,13 @@ def _crop(data: jax.Array, cut_lo, cut_hi) -> jax.Array:
     return data
 
 
+def narrowed(data: jax.Array, have: Sides, want: Sides) -> jax.Array:
+    """``data`` (blocks form, extended by ``have`` cells ``(below, above)`` per axis) cut to
+    the extension ``want``."""
+    return _crop(data, [h[0] - w[0] for h, w in zip(have, want)],
+                 [h[1] - w[1] for h, w in zip(have, want)])  # fmt: skip
+
+
 def evaluate(value: View, window: Window, found: dict[int, Source], domain: Sides) -> jax.Array:
     """The expression's values on the domain (blocks form, ``domain[i] = (below, above)``
     halo cells).
@@ -574,8 +579,12 @@ def write(target, window: Window, new, reach, domain: Sides) -> tuple[jax.Array,
 
 def _mirrored(layout, domain: Sides) -> bool:
     """Whether ``domain`` holds ghost cells beyond a Neumann face of ``layout``."""
-    return any((low.refreshed and d[0]) or (high.refreshed and d[1])
-               for (low, high), d in zip(layout.boundary, domain))  # fmt: skip
+    return any(_refills(faces, d) for faces, d in zip(layout.boundary, domain))
+
+
+def _refills(faces: tuple, sides: tuple[int, int]) -> bool:
+    """Whether ``sides`` halo cells of an axis hold ghosts beyond one of its Neumann ``faces``."""
+    return bool((faces[0].refreshed and sides[0]) or (faces[1].refreshed and sides[1]))
 
 
 def _mirror(result, layout, domain: Sides, anchor=None):

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jax.extend.core import Var
 
 from pgas.globalview.array import GlobalArray
-from pgas.globalview.lower import blocks_of
+from pgas.globalview.lower import blocks_of, narrowed
 from pgas.grid.decomposition import ext_of, ext_sides
 from pgas.loop.frames import step_fn
 
@@ -209,23 +209,14 @@ def transposed(step: Callable, takes_params: bool, widths: tuple[int, ...]) -> C
         def linear(d):
             return jax.jvp(apply, (zeros,), (d,))[1]
 
-        written = [_crop(g.data, ext_sides(g.ext), e) for g, e in zip(leaves, exts)]
+        written = [narrowed(g.data, ext_sides(g.ext), e) for g, e in zip(leaves, exts)]
         back = jax.linear_transpose(linear, zeros)(written)[0]
         out = []
         for g, d in zip(leaves, back):
             keep = tuple((lo - w, hi - w) for (lo, hi), w in zip(ext_sides(g.ext), widths))
-            out.append(GlobalArray(_crop(d, ext_sides(g.ext), keep), g.layout, ext_of(keep),
+            out.append(GlobalArray(narrowed(d, ext_sides(g.ext), keep), g.layout, ext_of(keep),
                                    g.anchor))  # fmt: skip
         return jax.tree.unflatten(jax.tree.structure(state, is_leaf=_is_array), out)
 
     adj.__name__ = f"transposed_{getattr(step, '__name__', 'step')}"
     return adj
-
-
-def _crop(data: jax.Array, have, want) -> jax.Array:
-    """``data`` (a frame extended by ``have`` per side) cut to the frame ``want``."""
-    for axis, ((h_lo, h_hi), (w_lo, w_hi)) in enumerate(zip(have, want)):
-        if (h_lo, h_hi) != (w_lo, w_hi):
-            n = data.shape[2 * axis + 1]
-            data = jax.lax.slice_in_dim(data, h_lo - w_lo, n - (h_hi - w_hi), axis=2 * axis + 1)
-    return data

@@ -346,13 +346,18 @@ def refreshed(state: State) -> State:
     return jax.tree.map(_fields(one), state, is_leaf=_is_array)
 
 
-def _place(buffer: jax.Array, data: jax.Array, have: Ext, ext: Ext) -> jax.Array:
-    """``data`` (extension ``ext``) written into ``buffer`` (extension ``have``) at its place:
-    a dynamic-update-slice, which XLA fuses with the sub-step and does in place."""
-    start = [0] * data.ndim
+def _at(have: Ext, ext: Ext, ndim: int) -> list[int]:
+    """Where data of extension ``ext`` starts in a buffer of extension ``have`` (blocks form)."""
+    start = [0] * ndim
     for axis, (h, e) in enumerate(zip(ext_sides(have), ext_sides(ext))):
         start[2 * axis + 1] = h[0] - e[0]
-    return jax.lax.dynamic_update_slice(buffer, data, start)
+    return start
+
+
+def _place(buffer: jax.Array, data: jax.Array, at: list[int]) -> jax.Array:
+    """``data`` written into ``buffer`` at index ``at`` (:func:`_at`): a dynamic-update-slice,
+    which XLA fuses with the sub-step and does in place."""
+    return jax.lax.dynamic_update_slice(buffer, data, at)
 
 
 def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None,
@@ -390,8 +395,8 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
                 if new.data is given[i]:  # returned unchanged: stays in its buffer
                     continue
                 data, ext[i] = blocks_of(new)
-                placed = mirrors.place(data, _place(spare[i], data, xs[i].ext, ext[i]), xs[i].ext)
-                now[i], spare[i] = placed, now[i]
+                at = _at(xs[i].ext, ext[i], data.ndim)
+                now[i], spare[i] = mirrors.place(data, _place(spare[i], data, at), at), now[i]
         fields = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, now)]
         others = [GlobalArray(d, x.layout, x.ext) for x, d in zip(xs, spare)]
         return tree.unflatten(fields), tree.unflatten(others)

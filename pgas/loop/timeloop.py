@@ -837,7 +837,7 @@ def _differentiable(forward: Callable, derivative: Callable, state, steps, param
     made: dict = {}
 
     def back_for(s, p) -> Callable | None:
-        if adjoint_of is None or _batched():
+        if adjoint_of is None:
             return None
         if "back" not in made:
             made["back"] = adjoint_of(s, p)
@@ -867,23 +867,14 @@ def _differentiable(forward: Callable, derivative: Callable, state, steps, param
     return run(state, params, *consts, *others)
 
 
-def _batched() -> bool:
-    """Whether a ``jax.vmap`` is being traced: JAX has no batching rule for ``linear_call``,
-    so there the derivative's loop is transposed by JAX instead."""
-    probe = getattr(jax.extend.core, "unsafe_am_i_under_a_vmap_DO_NOT_USE", None)
-    return probe is not None and probe()
-
-
 def _linear_call_batched(axis_data, args, dims, *, callee, **_):
     """Batching rule of ``linear_call``, which JAX lacks: a batched ``linear_call`` runs its
     callee, a linear function that JAX transposes itself.
 
-    A ``jax.jit`` of a gradient traces the transposed loop's ``linear_call`` (its callee
-    is the transposed loop) before a ``jax.vmap`` around the ``jit`` batches the traced
-    program, where :func:`_batched` cannot see the ``vmap``; the callee then runs
-    batched, with the same numbers. Where the forward's tangent is batched and later
-    transposed, JAX transposes the derivative's loop, as it does under ``vmap``
-    elsewhere."""
+    A ``jax.vmap`` of a gradient batches the transposed loop's ``linear_call`` (its
+    callee is the transposed loop), which then runs batched. A gradient of a ``vmap``
+    batches the forward's tangent, which JAX then transposes itself (the derivative's
+    loop). Either way the numbers are those of a loop over the batch."""
     outs = jax.vmap(jax.extend.core.jaxpr_as_fun(callee), in_axes=list(dims),
                     axis_size=axis_data.size, axis_name=axis_data.name,
                     spmd_axis_name=axis_data.spmd_name)(*args)  # fmt: skip

@@ -61,11 +61,7 @@ def return_freed_buffers(threshold: int | None = None) -> bool:
             ) from None
     if threshold <= 0:
         return False
-    mallopt = _glibc("mallopt")
-    if mallopt is None:
-        return False  # not glibc (or no C library by that name): nothing to set
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, min(int(threshold), 2**31 - 1)))
+    return _mallopt(_M_MMAP_THRESHOLD, min(int(threshold), 2**31 - 1))
 
 
 def share_one_heap() -> bool:
@@ -93,11 +89,7 @@ def share_one_heap() -> bool:
     """
     if os.environ.get("MALLOC_ARENA_MAX", "").strip():
         return False
-    mallopt = _glibc("mallopt")
-    if mallopt is None:
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, 1))
+    return _mallopt(_M_ARENA_MAX, 1)
 
 
 def trim_freed_memory() -> bool:
@@ -118,6 +110,16 @@ def trim_freed_memory() -> bool:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return bool(trim(0))
+
+
+def _mallopt(param: int, value: int) -> bool:
+    """glibc's ``mallopt(param, value)``: True if it took the setting; False if it did not
+    or the C library is not glibc (nothing to set)."""
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(param, value))
 
 
 def _glibc(function: str):

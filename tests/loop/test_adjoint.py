@@ -173,10 +173,9 @@ def test_affine_tells_a_linear_step_from_a_nonlinear_one():
 
 
 def test_vmap_and_grad_compose_with_the_transposed_loop():
-    """JAX has no batching rule for the transposed loop's linear_call: under vmap the
-    derivative's loop is transposed instead, and a vmap of a jitted gradient (whose
-    linear_call was traced before the vmap batched it) runs the transposed loop batched,
-    with the same numbers."""
+    """A vmap of a (jitted) gradient runs the transposed loop batched, through pgas's
+    batching rule for linear_call; a gradient of a vmap transposes the derivative's loop
+    instead. Both give the numbers of a loop over the values."""
     mesh = pgas.make_mesh(("x",), devices=2)
     u = pgas.from_numpy(np.random.default_rng(10).random(30), mesh, boundary=pgas.Keep())
 
