@@ -24,10 +24,13 @@ west neighbour is that neighbour's last cell, wherever it sits. Bits between a
 word's length and the flag stay zero. The seam then falls between two words,
 so any width works; a ragged step costs a few more operations per word.
 
-``problem()`` is a :class:`pgas.problem.Problem` whose ``decode`` turns words
-back into the uint8 board, so populations and checksums equal the byte
-example's bit for bit; the initial words are built from global word indices
-(``life.initial_fn``), so no process holds the whole board.
+``problem()`` is a :class:`pgas.problem.Problem` whose ``decode`` is the
+:class:`Packing` itself: a ``pgas.io.blocks.Decoding`` that turns any block of
+words back into its uint8 cells and says where in the board they sit (a block's
+cells start where its first word does), so snapshots, checksums, populations and
+plots equal the byte example's bit for bit on every mesh; the initial words are
+built from global word indices (``life.initial_fn``), so no process holds the
+whole board.
 """
 
 from __future__ import annotations
@@ -96,6 +99,22 @@ class Packing:
         """Cell index ``x`` of bit 0 of word ``j``."""
         j = np.arange(self.words) if j is None else np.asarray(j)
         return j * self.bits + np.minimum(j, self.extra)
+
+    def __call__(self, words: np.ndarray) -> np.ndarray:
+        """:meth:`decode`: a packing is the problem's decoding (``pgas.io.blocks.Decoding``)."""
+        return self.decode(words)
+
+    def region(self, region: tuple[slice, ...]) -> tuple[slice, ...]:
+        """The cells of the words at ``region`` (rows, word columns): rows, cell columns.
+
+        Words hold 63 or 64 cells, so a block's cells start where its first word does
+        (:meth:`starts`), not at a fixed multiple of its first word's index.
+
+        >>> packing(130).region((slice(0, 2), slice(1, 3)))  # words of 44, 43, 43 cells
+        (slice(0, 2, None), slice(44, 130, None))
+        """
+        *rows, cols = region
+        return (*rows, slice(int(self.starts(cols.start)), int(self.starts(cols.stop))))
 
     def decode(self, words: np.ndarray) -> np.ndarray:
         """Words ``[..., rows, n]`` -> uint8 cells ``[..., rows, cells]`` (whole words only).
@@ -341,5 +360,5 @@ def problem(size: str = "64x64", pattern: str = "random", at: str | None = None,
     enable_x64()
     return Problem("life-packed", (rows, pk.words), "uint64", words_fn(pk, cell_init),
                    step_for(pk), kernel_for(pk), life.BOUNDARY, halo=1, region=None,
-                   mesh_axes=("y", "x"), bytes_per_cell=16, decode=pk.decode,
+                   mesh_axes=("y", "x"), bytes_per_cell=16, decode=pk,
                    cell_shape=(rows, width))  # fmt: skip

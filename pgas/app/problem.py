@@ -52,6 +52,9 @@ class Problem:
         decode: maps stored values to the cells users see (e.g. bit-packed words
             to a uint8 board), applied to gathered fields and blocks before
             checksums, diagnostics and output; ``None``: stored values are cells.
+            A plain function expands each value to a fixed number of cells per
+            axis; a representation whose blocks hold different numbers of cells
+            is a :class:`pgas.io.blocks.Decoding`, which also maps a block's region.
         cell_shape: the shape of the decoded field (default ``shape``): what a
             run reports and cell updates per second count.
         params: ``params(*global_index_arrays) -> values``: a read-only field

@@ -452,14 +452,12 @@ class _Final:
 
 def _final(problem: Problem, output, pieces, comm, processes: int) -> _Final:
     """Checksum and diagnostics of the final field from this process's blocks (collective)."""
-    from pgas.io.blocks import decode_piece
+    from pgas.io.blocks import decode_piece, decoded_dtype
     from pgas.io.checksum import checksum_pieces
     from pgas.io.output import reducer
 
     cells = tuple(problem.cell_shape or problem.shape)
-    dtype = np.dtype(problem.dtype)
-    if problem.decode is not None:
-        dtype = np.asarray(problem.decode(np.zeros((1,) * len(cells), dtype))).dtype
+    dtype = decoded_dtype(problem.decode, problem.dtype, len(cells))
     decoded = [decode_piece(p, problem.decode, cells) for p in pieces]
     digest = checksum_pieces(decoded, cells, dtype, comm, processes)
     diagnostics = output.diagnostics if output is not None else None
@@ -587,7 +585,7 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
     """The :class:`pgas.io.output.Stream` of a run with ``--out`` or ``--plot``, else None."""
     if not _snapshot_every(opts):
         return None
-    from pgas.io.blocks import block_chunks, split_chunks
+    from pgas.io.blocks import block_chunks, decoded_dtype, split_chunks
     from pgas.io.output import Output, Stream
 
     output = output or Output()
@@ -595,9 +593,7 @@ def _stream(problem: Problem, opts: RunOptions, output, attrs: dict, axes, comm,
         output = dataclasses.replace(output, dims=tuple(problem.mesh_axes))
     cells = tuple(problem.cell_shape or problem.shape)
     factor = [-(-c // s) for c, s in zip(cells, problem.shape)]  # cells per stored value
-    dtype = np.dtype(problem.dtype)
-    if problem.decode is not None:
-        dtype = np.asarray(problem.decode(np.zeros((1,) * len(cells), dtype))).dtype
+    dtype = decoded_dtype(problem.decode, problem.dtype, len(cells))
     restart = start if opts.restart and start > 0 else None
     # the runner decided (process 0, before anything was created) that --out may be replaced;
     # the scratch store of --plot is pgas's own

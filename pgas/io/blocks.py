@@ -5,7 +5,8 @@ values, a NumPy array that owns its memory. :func:`host_blocks` takes the
 pieces of a ``pgas.GlobalArray`` (its addressable shards, padding dropped, by
 the layout's block distribution, :class:`pgas.decomposition.BlockAxis`);
 :func:`decode_piece` turns stored values into cells (e.g. packed bits into a
-board), which changes the region; :func:`block_chunks` gives the store chunks
+board), which changes the region: a representation that is not a fixed number of cells
+per value says how with a :class:`Decoding`; :func:`block_chunks` gives the store chunks
 that follow the blocks, and :func:`split_chunks` cuts them to at most
 :data:`CHUNK_BYTES` (a writer encodes a chunk at a time, so that bounds what
 writing a block holds beyond the block).
@@ -14,7 +15,7 @@ writing a block holds beyond the block).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,10 +25,12 @@ from pgas.io.dataset import ResultsError
 __all__ = [
     "BlockError",
     "CHUNK_BYTES",
+    "Decoding",
     "Piece",
     "Region",
     "block_chunks",
     "decode_piece",
+    "decoded_dtype",
     "host_blocks",
     "host_copy",
     "split_chunks",
@@ -43,6 +46,32 @@ Piece = tuple[Region, np.ndarray]
 
 class BlockError(ResultsError):
     """A field or a decode that does not give blocks of one snapshot."""
+
+
+@runtime_checkable
+class Decoding(Protocol):
+    """A representation's map from stored values to the cells users see, block by block.
+
+    ``decoding(values)`` turns a block of whole stored values (any block of the
+    layout, or the whole field) into its cells; ``decoding.region(region)`` names
+    the global cells of a block whose values sit at ``region`` (global slices of
+    the stored field, both ends given). Snapshots, checksums, diagnostics and
+    plots all go through this one map (:func:`decode_piece`), so a representation
+    whose blocks hold different numbers of cells (bit-packed Life at a width that
+    is not a multiple of 64, examples/life/packed.py) is written as it is stepped.
+    A plain function ``decode`` is the special case of a fixed number of cells
+    per value along each axis.
+
+    >>> class Pairs:  # each stored value is two equal cells
+    ...     def __call__(self, values): return np.repeat(values, 2, axis=-1)
+    ...     def region(self, region): return tuple(slice(2 * s.start, 2 * s.stop) for s in region)
+    >>> isinstance(Pairs(), Decoding), decode_piece(((slice(1, 2),), np.array([7])), Pairs(), (4,))
+    (True, ((slice(2, 4, None),), array([7, 7])))
+    """
+
+    def __call__(self, values: np.ndarray) -> np.ndarray: ...
+
+    def region(self, region: Region) -> Region: ...
 
 
 def block_chunks(axes: Sequence[BlockAxis], factor: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -133,13 +162,14 @@ def host_copy(piece: Piece, into: Piece | None = None) -> Piece:
     return region, np.array(block, copy=True)
 
 
-def decode_piece(
-    piece: Piece, decode: Callable[[np.ndarray], np.ndarray] | None, shape: Sequence[int]
-) -> Piece:
-    """Apply ``decode`` to a block and map its region to cells, cropped at the global edge.
+def decode_piece(piece: Piece, decode: Callable[[np.ndarray], np.ndarray] | None,
+                 shape: Sequence[int]) -> Piece:  # fmt: skip
+    """Apply ``decode`` to a block and map its region to the global cells it covers.
 
-    ``decode`` must expand every stored value to the same number of cells per
-    axis whatever the block (a fixed factor); cells past ``shape`` are dropped.
+    A :class:`Decoding` maps the region itself, and must give exactly the cells
+    it names. A plain function must expand every stored value to the same number
+    of cells per axis whatever the block (a fixed factor); cells past ``shape``
+    are dropped. A region's ``stop`` may be None: the block's end.
 
     >>> unpack = lambda w: np.unpackbits(w, axis=-1, bitorder="little")
     >>> r, c = decode_piece(((slice(1, 2),), np.array([5], np.uint8)), unpack, (12,))
@@ -149,11 +179,26 @@ def decode_piece(
     region, block = piece
     if decode is None:
         return piece
+    region = tuple(
+        slice(s.start or 0, (s.start or 0) + b if s.stop is None else s.stop)
+        for s, b in zip(region, block.shape, strict=True)
+    )
     cells = np.asarray(decode(block))
+    if isinstance(decode, Decoding):
+        out = tuple(decode.region(region))
+        want = tuple(s.stop - s.start for s in out)
+        if cells.shape != want or any(s.stop > n for s, n in zip(out, shape, strict=True)):
+            raise BlockError(
+                f"decode turned the block of shape {block.shape} at {region} into shape "
+                f"{cells.shape}, but its region() names cells {out} of a field of shape "
+                f"{tuple(shape)}; the two must agree"
+            )
+        return out, cells
     if cells.ndim != block.ndim or any(c % max(b, 1) for c, b in zip(cells.shape, block.shape)):
         raise BlockError(
             f"decode turned a block of shape {block.shape} into shape {cells.shape}; it must "
-            f"give a whole number of cells per stored value along each axis"
+            f"give a whole number of cells per stored value along each axis, or be a "
+            f"pgas.io.blocks.Decoding that maps each block's region to its cells"
         )
     out, crop = [], []
     for sl, c, b, n in zip(region, cells.shape, block.shape, shape, strict=True):
@@ -162,3 +207,15 @@ def decode_piece(
         out.append(slice(start, stop))
         crop.append(slice(0, stop - start))
     return tuple(out), cells[tuple(crop)]
+
+
+def decoded_dtype(decode: Callable[[np.ndarray], np.ndarray] | None, dtype: Any,
+                  ndim: int) -> np.dtype:  # fmt: skip
+    """The dtype of the cells ``decode`` gives for ``ndim``-D stored values of ``dtype``.
+
+    >>> decoded_dtype(None, "uint64", 2), decoded_dtype(lambda w: w.astype(np.uint8), "u8", 2)
+    (dtype('uint64'), dtype('uint8'))
+    """
+    if decode is None:
+        return np.dtype(dtype)
+    return np.asarray(decode(np.zeros((1,) * ndim, dtype))).dtype

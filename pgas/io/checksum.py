@@ -181,7 +181,8 @@ def checksum(field: Any, decode: Callable[[np.ndarray], np.ndarray] | None = Non
     Args:
         field: the whole field (NumPy), or a GlobalArray.
         decode: maps a GlobalArray's stored values to cells (e.g. packed words to
-            a board), applied block by block; see :func:`pgas.io.blocks.decode_piece`.
+            a board), applied block by block: a fixed number of cells per value, or a
+            :class:`pgas.io.blocks.Decoding`; see :func:`pgas.io.blocks.decode_piece`.
         shape: the decoded field's shape (default: the field's).
         comm: the MPI communicator of the processes, or None (JAX's processes).
 
@@ -194,12 +195,10 @@ def checksum(field: Any, decode: Callable[[np.ndarray], np.ndarray] | None = Non
         field = np.asarray(field)
         region = tuple(slice(0, n) for n in field.shape)
         return checksum_pieces([(region, field)], field.shape, field.dtype)
-    from pgas.io.blocks import decode_piece, host_blocks
+    from pgas.io.blocks import decode_piece, decoded_dtype, host_blocks
 
     cells = tuple(shape or field.shape)
-    dtype = field.dtype
-    if decode is not None:
-        dtype = np.asarray(decode(np.zeros((1,) * len(cells), dtype))).dtype
+    dtype = decoded_dtype(decode, field.dtype, len(cells))
     pieces = (decode_piece(p, decode, cells) for p in host_blocks(field, copy=False))
     import jax
 

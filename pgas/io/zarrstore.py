@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pgas.io.blocks import Piece, decode_piece
+from pgas.io.blocks import Decoding, Piece, decode_piece
 from pgas.io.store import Format, StoreMismatchError, StoreSpec, check_identity
 
 __all__ = ["Zarr", "create", "truncate", "ZarrBlocks", "lock_dir", "chunk_locks", "quiet_zarr"]
@@ -149,10 +149,12 @@ class ZarrBlocks:
 
 
 def _cell_region(piece: Piece, decode: Any, shape) -> tuple[slice, ...]:
-    """The cells ``piece`` covers once decoded (from its first and last rows only)."""
+    """The cells ``piece`` covers once decoded (a plain decode: from its first and last rows)."""
     region, block = piece
     if decode is None or block.shape[0] == 0:
         return decode_piece(piece, decode, shape)[0]
+    if isinstance(decode, Decoding):  # the representation knows without decoding
+        return tuple(decode.region(region))
     head = decode_piece(((slice(region[0].start, region[0].start + 1), *region[1:]), block[:1]),
                         decode, shape)[0]  # fmt: skip
     tail = decode_piece(((slice(region[0].stop - 1, region[0].stop), *region[1:]), block[-1:]),

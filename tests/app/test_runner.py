@@ -1,6 +1,7 @@
 """The runner: one problem, every JAX backend, one Result; k, decode, snapshots."""
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import xarray as xr
 from helpers import heat_numpy, load_example
 
+import pgas
 from pgas.app import runner
 from pgas.app.options import RunOptions
 from pgas.app.problem import checksum, demo, load_problem
@@ -57,16 +59,57 @@ def test_steps_per_exchange_choice_is_reported(asked, k, lowered):
     np.testing.assert_array_equal(r.field, heat_reference(203, 10))
 
 
-def test_decode_applies_before_checksum_and_output(tmp_path):
-    p = dataclasses.replace(demo(8), decode=lambda v: (v * 2).astype(np.int16))
-    out = str(tmp_path / "d.zarr")
-    r = runner.run(p, RunOptions(steps=2, devices=2, snapshot_every=1, out=out), gather=True)
-    expected = (np.arange(8) * 2).astype(np.int16)
+class Ragged:
+    """A representation with 1 or 2 cells per value, as the value says (odd values hold 2):
+    a block's cells start where its first value's do, not at a fixed multiple."""
+
+    def __call__(self, values):
+        return np.repeat(values, 1 + values.astype(np.int64) % 2, axis=-1).astype(np.float32)
+
+    def region(self, region):
+        (sl,) = region  # value j starts at cell j + j // 2 (demo's values are 0, 1, 2, ...)
+        return (slice(sl.start + sl.start // 2, sl.stop + sl.stop // 2),)
+
+
+def _packed_life():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "life"))
+    import packed
+
+    return packed.problem("9x130", density=0.5, seed=1)  # words of 44, 43, 43 cells
+
+
+DECODING = {  # every problem that declares a decoding: fixed factor, ragged, packed Life
+    "scale": lambda: dataclasses.replace(demo(8), decode=lambda v: (v * 2).astype(np.int16)),
+    "repeat": lambda: dataclasses.replace(
+        demo(8), decode=lambda v: np.repeat(v, 3, axis=-1), cell_shape=(24,)
+    ),
+    "ragged": lambda: dataclasses.replace(demo(9), decode=Ragged(), cell_shape=(13,)),
+    "packed-life": _packed_life,
+}
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+@pytest.mark.parametrize("name", list(DECODING))
+def test_decode_applies_before_checksum_and_output(name, suffix, tmp_path):
+    """The store, the checksum and the gathered field are the decoded state, on 3 devices
+    (uneven blocks), read back against the decode of the whole gathered state."""
+    from pgas.app.runner import build, mesh_for
+
+    p = DECODING[name]()
+    devices = 3
+    state = build(p, mesh_for(p, devices))
+    if name == "packed-life":
+        state = pgas.run(p.step, state, 2)
+    expected = p.decode(state.to_numpy())
+    out = str(tmp_path / f"d{suffix}")
+    r = runner.run(p, RunOptions(steps=2, devices=devices, snapshot_every=1, out=out),
+                   gather=True)  # fmt: skip
     np.testing.assert_array_equal(r.field, expected)
     assert r.checksum == checksum(expected)
-    with xr.open_zarr(out) as ds:
-        assert ds["u"].dtype == np.int16 and ds["time"].values.tolist() == [0, 1, 2]
-        np.testing.assert_array_equal(ds["u"].values[-1], expected)
+    with xr.open_dataset(out, engine="zarr" if suffix == ".zarr" else "h5netcdf") as ds:
+        var = "u"
+        assert ds[var].dtype == expected.dtype and ds["time"].values.tolist() == [0, 1, 2]
+        np.testing.assert_array_equal(ds[var].values[-1], expected)
 
 
 def _total(blocks, reduce):
