@@ -106,9 +106,9 @@ def test_numpy_kernel_any_width(width):
     assert_same_board(p.decode(w), byte_life(size, steps=7, density=0.4, seed=width))
 
 
-# ---- the JAX backends on meshes of 1, 2, 4 and 6 devices ------------------------------------
+# ---- the JAX backends on meshes of 1 and 6 devices ------------------------------------------
 @pytest.mark.parametrize("size", ["31x128", "29x130"])  # 2 full words; 3 words of 44, 43, 43
-@pytest.mark.parametrize("devices", [1, 2, 4, 6])
+@pytest.mark.parametrize("devices", [1, 6])  # 2, 3 and 2x3 meshes: test_life_packed_output.py
 def test_random_boards_equal_byte_version(devices, size):
     p = packed.problem(size, density=0.35, seed=devices)
     want = byte_life(size, steps=6, density=0.35, seed=devices)
