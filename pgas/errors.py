@@ -19,6 +19,7 @@ __all__ = [
     "DTypeMismatchError",
     "DeviceCountError",
     "ConversionError",
+    "FieldTooLargeError",
     "whole_number",
 ]
 
@@ -62,6 +63,11 @@ class DeviceCountError(PgasError):
 class ConversionError(PgasError, TypeError):
     """A pgas array or expression used where Python wants one value (``bool``, ``int``,
     ``float``), as JAX's ``TracerBoolConversionError``: the answer would be silently wrong."""
+
+
+class FieldTooLargeError(PgasError, MemoryError):
+    """A field whose blocks cannot fit in its devices' memory, refused before it is
+    allocated (:func:`pgas.runtime.capacity.check_fits`); ``except MemoryError`` catches it."""
 
 
 def whole_number(name: str, value: object, least: int = 0) -> int:

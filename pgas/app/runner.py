@@ -62,6 +62,7 @@ __all__ = [
     "run",
     "build",
     "build_params",
+    "check_memory",
     "mesh_for",
     "chunk_length",
     "scratch_store",
@@ -98,6 +99,24 @@ def build(problem: Problem, mesh):
     # the host values go to the devices asynchronously: until they have, a process holds
     # the state twice, so wait here rather than allocate the run's buffers on top of that
     return jax.block_until_ready(u)
+
+
+def check_memory(problem: Problem, mesh) -> None:
+    """Refuse a problem whose run cannot fit its devices' memory, before anything is allocated:
+    a run holds the state, the loop's second buffer and the ``params`` field, if any.
+
+    Raises:
+        FieldTooLargeError: naming the size and the fix (:mod:`pgas.runtime.capacity`).
+
+    >>> from pgas.app.problem import demo
+    >>> check_memory(demo(), mesh_for(demo(), 1))
+    """
+    from pgas.globalview.array import fits
+    from pgas.grid.layout import make_layout
+
+    layout = make_layout(problem.shape, mesh, None, problem.boundary, problem.halo or None)
+    fits(layout, np.dtype(problem.dtype), buffers=2 + (problem.params is not None),
+         what=f"the {problem.name} field")  # fmt: skip
 
 
 def build_params(problem: Problem, mesh):
@@ -384,6 +403,7 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
     ckpt = _Checkpointer(opts, session.rank, meta) if opts.checkpointing else None
     decision = _decide(opts, ckpt, _group(session, comm))  # before anything is created
     mesh = mesh_for(problem, opts.devices, session.multiprocess)
+    check_memory(problem, mesh)  # before the state exists: a field too large is refused
     fresh = lambda: build(problem, mesh)  # noqa: E731 - each run donates its buffers
     u, start = _restore(problem, opts, ckpt, fresh(), decision)
     if start:  # the warm-up consumes the state: the timed run starts from it once more

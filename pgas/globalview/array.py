@@ -23,11 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pgas.errors import ConversionError, IndexingError, LayoutError
+from pgas.errors import ConversionError, IndexingError, LayoutError, ShapeMismatchError
 from pgas.globalview.lower import assign
 from pgas.globalview.view import Leaf, Operators, Window, normalize_index
 from pgas.grid.decomposition import Ext
 from pgas.grid.layout import Layout, make_layout
+from pgas.runtime.capacity import check_fits
 
 __all__ = ["GlobalArray", "from_numpy", "from_function", "zeros", "full", "physical_coords"]
 
@@ -240,6 +241,23 @@ def physical_coords(layout: Layout, index: tuple[slice, ...]) -> tuple[list, lis
 _CHUNK = 1 << 16  # stored values built at a time: an init may expand each (64 cells a word)
 
 
+def fits(layout: Layout, dtype: np.dtype, buffers: int = 1, what: str = "the field") -> None:
+    """Refuse a field too large for its devices' memory before it is allocated.
+
+    Raises:
+        FieldTooLargeError: see :func:`pgas.runtime.capacity.check_fits`.
+
+    >>> import pgas
+    >>> fits(make_layout((2**50,), pgas.make_mesh(devices=1)), np.dtype("float32"))
+    Traceback (most recent call last):
+    ...
+    pgas.errors.FieldTooLargeError: the field (1125899906842624,) (float32) needs 4194304.00 GiB ...
+    """
+    devices = sorted(layout.sharding.addressable_devices, key=lambda d: d.id)
+    check_fits(layout.sharding.shard_shape(layout.physical_shape), dtype, devices,
+               buffers=buffers, shape=layout.shape, what=what)  # fmt: skip
+
+
 def _build(layout: Layout, dtype: np.dtype, block: Callable, chunk: int = _CHUNK) -> GlobalArray:
     """Make the physical array shard by shard; ``block(coords)`` gives a shard's values.
 
@@ -247,6 +265,7 @@ def _build(layout: Layout, dtype: np.dtype, block: Callable, chunk: int = _CHUNK
     and the temporaries of one slab (about ``_CHUNK`` values), not several
     temporaries of the shard's size.
     """
+    fits(layout, dtype)
 
     def callback(index):
         index = tuple(index) + (slice(None),) * (layout.ndim - len(index))
@@ -343,7 +362,18 @@ def from_function(
 
     def block(coords):
         grids = np.meshgrid(*coords, indexing="ij", sparse=True)
-        return np.broadcast_to(fn(*grids), tuple(len(c) for c in coords))
+        cells, values = tuple(len(c) for c in coords), fn(*grids)
+        try:
+            return np.broadcast_to(values, cells)
+        except ValueError:
+            idx = ", ".join("ijk"[: len(cells)])
+            raise ShapeMismatchError(
+                f"fn returned values of shape {np.shape(values)} for a block of cells of shape "
+                f"{cells} (global shape {layout.shape}): fn must compute elementwise on the "
+                f"index arrays it gets, e.g. lambda {idx}: np.sin(0.1 * i), giving their "
+                f"broadcast shape or one value; for a NumPy array x of the global shape use "
+                f"pgas.from_numpy(x, mesh) or lambda {idx}: x[{idx}]"
+            ) from None
 
     return _build(layout, dt, block, max(1, _CHUNK // max(1, int(cells_per_value))))
 
@@ -366,6 +396,7 @@ def full(
     """
     layout = make_layout(shape, mesh, spec, boundary, halo)
     dt = _dtype(dtype)
+    fits(layout, dt)
     data = jax.jit(
         lambda: jnp.full(layout.physical_shape, value, dt), out_shardings=layout.sharding
     )()

@@ -5,16 +5,26 @@ The file has an unlimited ``time`` dimension; the field ``name`` ``(time,
 :func:`nc_chunks`) at a time; ``time`` holds the step numbers;
 one ``(time,)`` variable per diagnostic. Each snapshot is appended and the file
 closed (flushed) before the next, so a run stopped between two snapshots leaves
-a file that opens. HDF5 is not journaled: a run killed *while* appending can
-leave a file HDF5 cannot open; use ``.zarr`` where that matters.
+a file that opens.
+
+HDF5 is not journaled, and a write that fails inside it (a full disk) leaves
+objects it can neither flush nor close, which HDF5's own exit handler then
+touches (a segmentation fault at exit). So every write to an existing file goes
+through an :class:`UndoFile`: HDF5 never sees a write fail, and an append that
+fails (disk full, I/O error) is undone, the bytes it overwrote restored and the
+file cut back to its old length, before the error is raised: the file holds
+the snapshots it held before. New files are made in memory and written whole.
+A run *killed* while appending can still leave a file HDF5 cannot open; use
+``.zarr`` where that matters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +32,7 @@ import xarray as xr
 
 from pgas.io.store import Format, StoreMismatchError, StoreSpec, check_identity
 
-__all__ = ["Netcdf", "create", "truncate", "NetcdfFile", "nc_chunks"]
+__all__ = ["Netcdf", "create", "truncate", "NetcdfFile", "UndoFile", "appending", "nc_chunks"]
 
 
 def _engine_file():
@@ -32,7 +42,11 @@ def _engine_file():
 
 
 def create(spec: StoreSpec, target: Any = None) -> None:
-    """Process 0: a new file with attributes, coordinates and empty variables."""
+    """Process 0: a new file with attributes, coordinates and empty variables.
+
+    The file is made in memory and written whole from Python: a write that fails
+    (disk full) removes what it wrote and raises the ``OSError``, never inside HDF5.
+    """
     fields = {spec.name: (("time", *spec.dims), np.zeros((0, *spec.shape), spec.dtype))}
     for key, dtype in spec.diagnostics:
         fields[key] = (("time",), np.zeros(0, dtype))
@@ -41,8 +55,15 @@ def create(spec: StoreSpec, target: Any = None) -> None:
     ds = xr.Dataset(fields, coords=coords, attrs=spec.attrs)
     encoding = {k: {"_FillValue": None} for k in [*fields, *coords]}
     encoding[spec.name]["chunksizes"] = nc_chunks(spec.shape, spec.dtype.itemsize)
-    ds.to_netcdf(target or spec.path, engine="h5netcdf", unlimited_dims=["time"],
-                 encoding=encoding)  # fmt: skip
+    data = ds.to_netcdf(engine="h5netcdf", unlimited_dims=["time"], encoding=encoding)
+    target = spec.path if target is None else target
+    try:
+        with open(target, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise
 
 
 def truncate(spec: StoreSpec, restart_step: int) -> int:
@@ -94,12 +115,147 @@ class NetcdfFile:
 
     def append(self, index: int, step: int, values: dict[str, Any], field: np.ndarray) -> None:
         """Write snapshot ``index`` with its step and diagnostics, then close the file."""
-        with _engine_file()(self.path, "a") as f:
+        with appending(self.path) as f:
             f.resize_dimension("time", index + 1)
             f.variables[self.spec.name][index, ...] = field
             for key, _ in self.spec.diagnostics:
                 f.variables[key][index] = values[key]
             f.variables["time"][index] = step
+
+
+@contextlib.contextmanager
+def appending(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """``path`` open for writing (an ``h5netcdf.File``) through an :class:`UndoFile`.
+
+    Raises:
+        OSError: a write failed, e.g. a full disk (the file is as it was: see the module).
+
+    >>> import tempfile, xarray as xr
+    >>> path = tempfile.mkdtemp() + "/a.nc"
+    >>> xr.Dataset(attrs={"n": 1}).to_netcdf(path, engine="h5netcdf")
+    >>> with appending(path) as f:
+    ...     f.attrs["n"] = 2
+    >>> xr.open_dataset(path, engine="h5netcdf").attrs["n"]
+    np.int64(2)
+    """
+    undo = UndoFile(path)
+    try:
+        with _engine_file()(undo, "a") as f:
+            yield f
+    except BaseException:
+        undo.close(restore=True)  # raises the write's OSError where one failed first
+        raise
+    undo.close()
+
+
+class UndoFile:
+    """A file HDF5 writes through (h5py's file-object driver) that can be put back.
+
+    A write that fails is remembered, not raised: HDF5 goes on (and closes its
+    objects) as if it had succeeded, and every later write is dropped.
+    :meth:`close` then undoes the session (the bytes overwritten below the
+    file's first length are restored from memory, the file is cut back to that
+    length) and raises the error. Only the overwritten bytes are kept: HDF5's
+    metadata when snapshots are appended (new chunks go past the end).
+
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp() + "/f"
+    >>> _ = open(path, "wb").write(b"abc")
+    >>> f = UndoFile(path)
+    >>> _ = f.seek(1), f.write(b"XYZ")
+    >>> f.close(restore=True)
+    >>> open(path, "rb").read()
+    b'abc'
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR)
+        self.length = self.size = os.fstat(self.fd).st_size  # at the start, now
+        self.pos = 0
+        self.saved: list[tuple[int, bytes]] = []  # (offset, old bytes) in the order written
+        self.error: Exception | None = None  # the first write that failed
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = pos + {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence]
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        got = os.preadv(self.fd, [memoryview(buffer).cast("B")], self.pos)
+        self.pos += got
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        data = os.pread(self.fd, max(0, self.size - self.pos) if size < 0 else size, self.pos)
+        self.pos += len(data)
+        return data
+
+    def write(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self.error is None:
+            try:
+                if self.pos < self.length:  # keep what it overwrites
+                    old = os.pread(self.fd, min(len(view), self.length - self.pos), self.pos)
+                    self.saved.append((self.pos, old))
+                self._write_at(view, self.pos)
+                self.size = max(self.size, self.pos + len(view))
+            except Exception as exc:  # noqa: BLE001 - raised by close(), never inside HDF5
+                self.error = exc
+        self.pos += len(view)
+        return len(view)
+
+    def _write_at(self, view: memoryview, offset: int) -> None:
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], offset + done)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self.pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self.fd, size)
+                self.size = size
+            except Exception as exc:  # noqa: BLE001 - raised by close(), never inside HDF5
+                self.error = exc
+        return size
+
+    def flush(self) -> None:
+        """Nothing to do: every write went to the file at once."""
+
+    def close(self, restore: bool = False) -> None:
+        """Close the file; undo this session if a write failed or ``restore``; raise the
+        write's error (an ``OSError``: a full disk) if one failed."""
+        try:
+            if self.error is not None or restore:
+                self._undo()
+        finally:
+            os.close(self.fd)
+        if self.error is not None:
+            raise self.error
+
+    def _undo(self) -> None:
+        try:
+            for pos, old in reversed(self.saved):
+                os.pwrite(self.fd, old, pos)
+            os.ftruncate(self.fd, self.length)
+        except OSError as exc:
+            first = self.error or exc
+            code = getattr(first, "errno", None) or exc.errno
+            self.error = OSError(code, f"{getattr(first, 'strerror', None) or first}; putting "
+                                 f"{self.path} back as it was failed too ({exc}): it may no "
+                                 f"longer open")  # fmt: skip
 
 
 def nc_chunks(shape: Sequence[int], itemsize: int, limit: int = 1 << 26) -> tuple[int, ...]:
@@ -131,5 +287,5 @@ class Netcdf(Format):
         return NetcdfFile(spec) if rank == 0 else None
 
     def update_attrs(self, path, attrs) -> None:
-        with _engine_file()(path, "a") as f:
+        with appending(path) as f:
             f.attrs.update(attrs)

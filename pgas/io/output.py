@@ -202,6 +202,10 @@ class Stream:
 def update_attrs(path: str | os.PathLike[str], attrs: Mapping[str, Any]) -> None:
     """Process 0, after the writer closed: add the run's results to the store's attributes.
 
+    Raises:
+        SnapshotWriteError: they could not be written (a full disk); the store keeps
+            its snapshots (a ``.nc`` file is put back as it was).
+
     >>> import tempfile, xarray as xr
     >>> path = tempfile.mkdtemp() + "/r.zarr"
     >>> from pgas.io.zarrstore import quiet_zarr
@@ -212,5 +216,12 @@ def update_attrs(path: str | os.PathLike[str], attrs: Mapping[str, Any]) -> None
     'ab'
     """
     from pgas.io import formats
+    from pgas.io.store import SnapshotWriteError, describe_failure
 
-    formats.of(path).update_attrs(Path(path), netcdf_safe_attrs(attrs))
+    try:
+        formats.of(path).update_attrs(Path(path), netcdf_safe_attrs(attrs))
+    except OSError as exc:  # a full disk: one message; the snapshots are all in the store
+        raise SnapshotWriteError(
+            f"adding the run's results to the attributes of {path} failed: "
+            f"{describe_failure(exc, path)}; its snapshots are complete"
+        ) from None

@@ -29,7 +29,10 @@ processes wait for its answer and never look at a half-made store. A snapshot is
 ``time`` value appended and the arrays' length grown) by process 0 only after
 every process has written its blocks, at the next :meth:`~SnapshotWriter.write`
 or at :meth:`~SnapshotWriter.close`. An interrupted run therefore leaves a
-store holding exactly the snapshots committed before. ``restart_step=s``
+store holding exactly the snapshots committed before; so does a write that fails
+(a full disk): every process then raises :class:`SnapshotWriteError`, naming the
+path, the cause and the snapshots the store keeps. A store that cannot be
+created is removed again. ``restart_step=s``
 reopens it and drops stored times ``>= s`` (also after a run on another
 process count), so a restart neither duplicates nor loses a snapshot.
 
@@ -48,7 +51,7 @@ process count), so a restart neither duplicates nor loses a snapshot.
 from __future__ import annotations
 
 import concurrent.futures
-import errno
+import contextlib
 import os
 import shutil
 import uuid
@@ -68,10 +71,12 @@ from pgas.io.dataset import (
     output_path,
 )
 from pgas.io.store import (
+    Format,
     SnapshotError,
     SnapshotWriteError,
     StoreMismatchError,
     StoreSpec,
+    describe_failure,
 )
 from pgas.runtime.group import Group
 
@@ -193,6 +198,8 @@ class SnapshotWriter:
             OutputPathError: a bad suffix or an unwritable directory, or an
                 existing ``path`` without ``overwrite``.
             StoreMismatchError: ``restart_step`` with a store of another problem.
+            SnapshotWriteError: the store could not be created or reopened (a full
+                disk, an I/O error); a store it began to create is removed.
         """
         group = _Group(comm)
         spec, stored, error = None, 0, None
@@ -200,8 +207,10 @@ class SnapshotWriter:
             spec = _spec(path, name, dims, shape, dtype, attrs, coords, chunks, diagnostics)
             if group.rank == 0:  # the one process that looks at the path and creates the store
                 stored = _prepare(spec, restart_step, overwrite)
-        except (ResultsError, OSError) as exc:
+        except ResultsError as exc:
             error = exc
+        except OSError as exc:  # a full disk, an I/O error: one message, not a traceback
+            error = SnapshotWriteError(f"opening {path} failed: {describe_failure(exc, path)}")
         failed, stored = group.agree(str(error) if error else None, stored)
         if error is not None:
             raise error
@@ -296,12 +305,13 @@ class SnapshotWriter:
                 try:
                     self._store.commit(*self._uncommitted)
                 except Exception as exc:  # noqa: BLE001 (reported to every process)
-                    message = _describe(exc, self.spec.path)
+                    message = describe_failure(exc, self.spec.path)
             failed, _ = self.group.agree(message)
+            if self.group.rank == 0:  # every process has written: the locks can go
+                with contextlib.suppress(OSError):
+                    self.format.finish(self.spec.path)
             if failed:
                 raise SnapshotWriteError(f"committing the last snapshot: {'; '.join(failed)}")
-            if self.group.rank == 0:
-                self.format.finish(self.spec.path)
         finally:
             self._executor.shutdown(wait=True)
 
@@ -337,15 +347,19 @@ class SnapshotWriter:
             try:
                 self._pending.result()
             except Exception as exc:  # noqa: BLE001 (reported to every process)
-                message = _describe(exc, self.spec.path)
+                message = describe_failure(exc, self.spec.path)
             self._pending = None
         failed, _ = self.group.agree(message)
         if failed:
             self._closed = True
             self._executor.shutdown(wait=False)
+            if self.group.rank == 0:  # every process has stopped writing (agreed above)
+                with contextlib.suppress(OSError):
+                    self.format.finish(self.spec.path)  # what only writers needed (locks)
             raise SnapshotWriteError(
                 f"writing a snapshot to {self.spec.path} failed: {'; '.join(failed)}; the "
-                f"store keeps the {self.count - 1} snapshot(s) committed before"
+                f"store keeps the {self.count - 1} snapshot(s) committed before (a restart "
+                f"from a checkpoint continues it)"
             )
 
     def _allgather_nc(self) -> bool:
@@ -371,17 +385,6 @@ def _run_job(commit, store, job) -> None:
     if job is not None:
         function, *args = job
         function(*args)
-
-
-def _describe(exc: BaseException, path: Path) -> str:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (
-            f"no space left for {path} ({exc}); free disk space or write elsewhere, then "
-            f"restart from the last checkpoint"
-        )
-    if isinstance(exc, OSError):
-        return f"I/O error on {path} ({exc}); check the file system, then restart"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _spec(path, name, dims, shape, dtype, attrs, coords, chunks, diagnostics) -> StoreSpec:
@@ -428,7 +431,7 @@ def _prepare(spec: StoreSpec, restart_step: int | None, overwrite: bool) -> int:
     if restart_step is not None and spec.path.exists():
         return fmt.truncate(spec, int(restart_step))
     if not spec.path.exists():
-        fmt.create(spec)
+        _create(fmt, spec)
         return 0
     if not overwrite:
         raise OutputPathError(
@@ -438,13 +441,35 @@ def _prepare(spec: StoreSpec, restart_step: int | None, overwrite: bool) -> int:
     old = spec.path.with_name(f".{spec.path.name}.{uuid.uuid4().hex[:12]}.old")
     os.rename(spec.path, old)  # aside, whole: the path never holds half of each
     try:
-        fmt.create(spec)
+        _create(fmt, spec)
     except BaseException:
-        _remove(spec.path) if spec.path.exists() else None
         os.rename(old, spec.path)
         raise
     _remove(old)
     return 0
+
+
+def _create(fmt: Format, spec: StoreSpec) -> None:
+    """Create the store; one that fails half-way (a full disk) is removed, with its locks.
+
+    Raises:
+        SnapshotWriteError: the store could not be created, naming what is left, if anything.
+    """
+    try:
+        fmt.create(spec)
+    except BaseException as exc:
+        try:
+            if spec.path.exists() or spec.path.is_symlink():
+                _remove(spec.path)
+            fmt.finish(spec.path)
+            left = "nothing was left behind"
+        except OSError as err:
+            left = f"the half-made {spec.path} could not be removed ({err}): delete it"
+        if not isinstance(exc, OSError):
+            raise
+        raise SnapshotWriteError(
+            f"creating {spec.path} failed: {describe_failure(exc, spec.path)}; {left}"
+        ) from None
 
 
 def _remove(path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import errno
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from pgas.io.dataset import ResultsError
 
 __all__ = ["SnapshotError", "StoreMismatchError", "SnapshotWriteError", "StoreSpec", "Format",
-           "check_identity"]  # fmt: skip
+           "check_identity", "describe_failure"]  # fmt: skip
 
 _IDENTITY_ATTRS = ("example", "problem")
 
@@ -103,3 +104,16 @@ def check_identity(spec: StoreSpec, name: str, dims, shape, dtype, attrs: Mappin
             f"{spec.path} holds another problem: {what}; choose another output path, or "
             f"delete the store to start over"
         )
+
+
+def describe_failure(exc: BaseException, path: Path | str) -> str:
+    """What went wrong with ``path`` and the fix, in one line (a full disk, an I/O error).
+
+    >>> print(describe_failure(OSError(errno.ENOSPC, "No space left on device"), "run.nc"))
+    no space left for run.nc ([Errno 28] No space left on device); free disk space or write ...
+    """
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left for {path} ({exc}); free disk space or write elsewhere"
+    if isinstance(exc, OSError):
+        return f"I/O error on {path} ({exc}); check the file system"
+    return f"{type(exc).__name__}: {exc}"

@@ -23,7 +23,13 @@ the exception propagates as usual, so tests and notebooks see it.
 
 :func:`pgas.distributed.initialize` also calls :func:`install_excepthook` when
 it starts a multi-process run, so any script (the user's own too) that lets an
-exception reach the top level after that ends the whole run the same way.
+exception reach the top level after that ends the whole run the same way, and
+so does one that ends with ``sys.exit(status)``, ``status`` non-zero: that
+process prints ``pgas: process R of P exited with status S; ending the others``
+and ends them (else it would wait at exit for the others in JAX's shutdown and
+they for it in their next collective: a hang). To see the status, pgas puts its
+own ``sys.exit`` in place (the same, but for this); a ``SystemExit`` that is
+caught ends nothing, and one raised by hand (``raise SystemExit(3)``) is not seen.
 
 >>> with abort_on_error():
 ...     pass
@@ -33,18 +39,20 @@ exception reach the top level after that ends the whole run the same way.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping
 
 from pgas.runtime.launcher import detect_launcher, launch
 
-__all__ = ["abort_on_error", "end_run", "install_excepthook", "launched_processes"]
+__all__ = ["abort_on_error", "end_run", "exit_status", "install_excepthook", "launched_processes"]
 
 ABORT_GRACE = 1.0  # seconds: mpiexec's proxies lost a failed rank's last lines without it
 
@@ -106,7 +114,8 @@ _INSTALLED = False
 
 
 def install_excepthook(processes: int) -> None:
-    """From now on, an exception that reaches the top level ends every process of the run.
+    """From now on, an exception that reaches the top level, or a ``sys.exit`` with a
+    non-zero status that ends the program, ends every process of the run (see the module).
 
     Does nothing for one process; idempotent.
     """
@@ -125,6 +134,73 @@ def install_excepthook(processes: int) -> None:
         end_run(1)
 
     sys.excepthook = hook
+    _watch_exits(processes)
+
+
+def exit_status(code: object) -> int:
+    """The process status of ``sys.exit(code)``, as Python's exit gives it.
+
+    >>> exit_status(None), exit_status(3), exit_status(256), exit_status("bad option")
+    (0, 3, 0, 1)
+    """
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code) & 0xFF
+    return 1
+
+
+_EXITING: tuple[int, int] | None = None  # (id, status) of a non-zero sys.exit under way
+
+
+class _Exit(SystemExit):
+    """``sys.exit``'s exception in a multi-process run: marks the process as exiting with
+    its status until the exception is freed while Python code runs (it was caught and
+    dropped). One that ends the program is freed by the interpreter itself, outside any
+    Python frame, and the mark stays for the exit handler of :func:`_watch_exits`."""
+
+    def __init__(self, code: object = None):
+        global _EXITING
+        super().__init__(code)
+        _EXITING = (id(self), exit_status(code))
+
+    def __del__(self) -> None:
+        global _EXITING
+        if _EXITING is not None and _EXITING[0] == id(self) and _freed_by_python():
+            _EXITING = None
+
+
+def _freed_by_python() -> bool:
+    """Whether Python code runs under the ``__del__`` that calls this (else the
+    interpreter itself freed the object: it is handling the program's exit)."""
+    try:
+        sys._getframe(2)
+    except ValueError:
+        return False
+    return True
+
+
+def _watch_exits(processes: int) -> None:
+    """Make ``sys.exit`` raise :class:`_Exit` and end the others at exit if one ended the
+    program with a non-zero status."""
+    original = sys.exit
+
+    def exit(code: object = None) -> None:  # noqa: A001 - sys.exit's own name and signature
+        if exit_status(code) == 0 or threading.current_thread() is not threading.main_thread():
+            original(code)  # a clean exit, or the end of a thread only
+        raise _Exit(code)
+
+    exit.__doc__ = original.__doc__
+    sys.exit = exit
+
+    def end_others() -> None:
+        if _EXITING is not None:
+            status, rank = _EXITING[1], _rank(os.environ)
+            sys.stderr.write(f"pgas: process {rank} of {processes} exited with status "
+                             f"{status}; ending the others\n")  # fmt: skip
+            end_run(status)
+
+    atexit.register(end_others)  # after JAX's and mpi4py's: runs before their shutdowns
 
 
 @contextlib.contextmanager

@@ -1,13 +1,15 @@
 """One process of a multi-process run fails; the launcher must end the others within seconds.
 
-    mpiexec -n P python fail.py --rank R --when start|run|hook [--backend auto|mpi]
+    mpiexec -n P python fail.py --rank R --when start|run|hook|exit [--backend auto|mpi]
 
 ``start``: process R raises before JAX's distributed start-up (the others wait in it);
 ``run``: process R raises in a ``pgas.run`` callback after the first chunk while the others
 go on into the next chunk's collectives (through ``pgas.runtime.failure.abort_on_error``);
 ``hook``: the same, but nothing wraps the script: the except hook that
-``pgas.distributed.initialize`` installs ends the run. ``--backend mpi``: NumPy blocks and
-mpi4py, process R raises between halo exchanges. Prints ``READY`` on every process first.
+``pgas.distributed.initialize`` installs ends the run; ``exit``: process R calls
+``sys.exit(3)`` there instead of raising, and nothing wraps the script. ``--backend mpi``:
+NumPy blocks and mpi4py, process R raises between halo exchanges. Prints ``READY`` on every
+process first.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def run(args) -> None:
                            boundary=pgas.Keep())  # fmt: skip
 
     def callback(done, state):
+        if done >= 5 and info.process_id == args.rank and args.when == "exit":
+            sys.exit(3)
         if done >= 5 and info.process_id == args.rank:
             raise RuntimeError(f"process {info.process_id} fails in a callback at step {done}")
         float(pgas.max(state))  # a collective every chunk: the others wait here
@@ -64,10 +68,10 @@ def run(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rank", type=int, default=1)
-    p.add_argument("--when", choices=("start", "run", "hook"), default="run")
+    p.add_argument("--when", choices=("start", "run", "hook", "exit"), default="run")
     p.add_argument("--backend", choices=("auto", "mpi"), default="auto")
     args = p.parse_args()
-    if args.when == "hook":
+    if args.when in ("hook", "exit"):
         run(args)
         return
     from pgas.runtime.failure import abort_on_error

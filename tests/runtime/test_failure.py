@@ -70,6 +70,29 @@ def test_mpiexec_ends_when_one_process_raises(args):
 
 @needs_mpiexec
 @pytest.mark.slow
+def test_mpiexec_ends_when_one_process_exits_with_a_status():
+    """Process 1 calls sys.exit(3) mid-run, nothing wraps the script: it names itself and ends
+    the others (it used to wait in JAX's shutdown and process 0 in a collective, for minutes)."""
+    r, took = launch([str(common.MPIEXEC), "-n", "2", sys.executable, str(FAIL), "--when", "exit"])
+    assert r.returncode == 3 and took < DEADLINE, (took, r.stdout[-2000:], r.stderr[-3000:])
+    assert "pgas: process 1 of 2 exited with status 3; ending the others" in r.stderr
+
+
+def test_a_caught_exit_ends_nothing_and_the_exit_that_ends_the_program_is_named():
+    """In a multi-process run a sys.exit that is caught ends nothing; the one that ends the
+    program (status 4) says so and ends the others (here, alone: with its own status)."""
+    code = ("import sys\nfrom pgas.runtime import failure\nfailure.install_excepthook(2)\n"
+            "try:\n    sys.exit(5)\nexcept SystemExit:\n    pass\nprint('ON', flush=True)\n"
+            "def main():\n    sys.exit(4)\nmain()\n")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], env=common.clean_env(PGAS_PROCESS_ID="1"),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 4 and r.stdout == "ON\n", (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.stderr.count("ending the others") == 1, r.stderr[-2000:]
+    assert "pgas: process 1 of 2 exited with status 4; ending the others" in r.stderr
+
+
+@needs_mpiexec
+@pytest.mark.slow
 def test_a_bad_option_on_one_process_ends_the_example():
     """heat1d --distributed with a bad option on process 1 only: exit status 2 from argparse,
     and process 0 (waiting in JAX's start-up) ends too."""
