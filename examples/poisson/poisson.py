@@ -4,6 +4,7 @@
     python examples/poisson/poisson.py --n 65 --devices 4 --plot out/poisson.png --json
     python examples/poisson/poisson.py --order 33 65 129        # error against the exact u
     python examples/poisson/poisson.py --n 33 --devices 3 --backend explicit
+    python examples/poisson/poisson.py --n 65 --devices 4 --platform cpu --out out/poisson.nc
     mpiexec -n 3 python examples/poisson/poisson.py --n 33 --backend mpi
     pgas compare examples/poisson/poisson.py:problem --devices 3 --steps 100000 --set n=33
 
@@ -16,7 +17,11 @@ relative residual ||b - A u|| / ||b|| falls below ``--tol`` (1e-8). CG's
 state holds x, r, p and the scalar r.r; each iteration does two reductions
 (p.Ap and r.r), reproducible sums (``pgas.sum(..., reproducible=True)``: the
 same bits on every decomposition, two scalar-sized all-reduces each).
-``--json`` prints one JSON line. Both are also written in the local view
+``--json`` prints one JSON line; ``--out FILE`` (.nc or .zarr) writes each
+method's converged field, ``u_jacobi`` and ``u_cg``, with its iteration count
+(:func:`write_fields`),
+``--platform`` picks JAX's platform (auto, cpu, gpu), as in the other examples
+(:mod:`pgas.app.options`). Both are also written in the local view
 (kernels on blocks with one halo cell, reductions by a ``reduce`` helper), so
 they run on ``--backend explicit`` (``pgas.explicit.run_until``) and
 ``--backend mpi`` (``pgas.mpi.run_until``, under mpiexec) with the iterations
@@ -36,6 +41,7 @@ import time
 import numpy as np
 
 import pgas
+from pgas.app import options
 from pgas.app.problem import Problem
 from pgas.globalview import reprosum
 
@@ -214,12 +220,13 @@ def solve_cg_on(backend: str, n: int, devices: int, tol: float = 1e-8,
             "iterations": steps, "converged": converged, "check_every": every,
             "seconds": seconds, "seconds_per_iteration": seconds / steps,
             "relative_residual": _relative_residual(u, b),
-            "error_max": float(np.abs(u - exact(n)).max())}  # fmt: skip
+            "error_max": float(np.abs(u - exact(n)).max()), "field": u}  # fmt: skip
 
 
 # ---- Time loop ----------------------------------------------------------------------------
 def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) -> dict:
-    """Solve with ``method`` ("jacobi" or "cg"); iterations, seconds, residual and error."""
+    """Solve with ``method`` ("jacobi" or "cg"); iterations, seconds, residual, error and the
+    converged field (``"field"``, gathered to NumPy)."""
     b, field = fields(n, mesh)
     bb = float((b * b).sum())
     if method == "jacobi":
@@ -237,7 +244,7 @@ def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) 
             "converged": out.converged, "check_every": out.check_every, "seconds": seconds,
             "seconds_per_iteration": seconds / out.steps_taken,
             "relative_residual": _relative_residual(u, b),
-            "error_max": float(np.abs(u - exact(n)).max())}  # fmt: skip
+            "error_max": float(np.abs(u - exact(n)).max()), "field": u}  # fmt: skip
 
 
 def solve_on(backend: str, n: int, devices: int, tol: float = 1e-8,
@@ -256,7 +263,8 @@ def solve_on(backend: str, n: int, devices: int, tol: float = 1e-8,
             "iterations": r.steps, "converged": r.converged, "check_every": r.check_every,
             "seconds": r.seconds, "seconds_per_iteration": r.seconds / r.steps,
             "relative_residual": _relative_residual(u, rhs(n)),
-            "error_max": float(np.abs(u - exact(n)).max()), "checksum": r.checksum}  # fmt: skip
+            "error_max": float(np.abs(u - exact(n)).max()), "checksum": r.checksum,
+            "field": u}  # fmt: skip
 
 
 def _fresh(method, b, field):
@@ -283,6 +291,33 @@ def history(method: str, n: int, mesh, steps: int, every: int) -> np.ndarray:
         _, snaps = pgas.run(cg, cg_state(b, field), steps, snapshot_every=every,
                             observe=lambda s: s["rr"])  # fmt: skip
     return np.sqrt(np.asarray(snaps) / bb)
+
+
+def write_fields(path: str, runs: list[dict], tol: float, overwrite: bool = False) -> None:
+    """The converged field of each run (one grid) as an xarray Dataset, ``.nc`` or ``.zarr``.
+
+    One variable per method, ``u_jacobi`` and ``u_cg`` (dims ``x``, the first
+    array axis, and ``y``; coordinates the grid points in [0, 1]): its final
+    field, with the iterations it took (its step count), ``converged``,
+    ``check_every``, ``relative_residual`` and ``error_max`` in its attributes;
+    the run in the Dataset's. A run until convergence has no time axis: one
+    field per method, at its end.
+    """
+    import xarray as xr
+
+    from pgas.io.dataset import netcdf_safe_attrs, write_dataset
+
+    n, keys = runs[0]["n"], ("iterations", "converged", "check_every", "relative_residual",
+                             "error_max")  # fmt: skip
+    x = np.linspace(0.0, 1.0, n)
+    fields = {f"u_{r['method']}": xr.DataArray(r["field"], dims=("x", "y"),
+                                                attrs=netcdf_safe_attrs({k: r[k] for k in keys}))
+              for r in runs}  # fmt: skip
+    ds = xr.Dataset(fields, coords={"x": x, "y": x}, attrs=netcdf_safe_attrs({
+        "title": "pgas example poisson: -lap(u) = f on [0, 1]^2, u = 0 on the walls",
+        "n": n, "tol": tol, "backend": runs[0]["backend"], "devices": runs[0]["devices"],
+        "methods": " ".join(r["method"] for r in runs)}))  # fmt: skip
+    write_dataset(ds, path, overwrite=overwrite)
 
 
 def plot(path: str, n: int, mesh, runs: list[dict]) -> None:
@@ -315,7 +350,7 @@ def plot(path: str, n: int, mesh, runs: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=65, help="grid points per side (walls included)")
-    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--devices", type=options.positive_int, default=1)
     parser.add_argument("--tol", type=float, default=1e-8)
     parser.add_argument(
         "--methods",
@@ -330,6 +365,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="mpi: under mpiexec",
     )
     parser.add_argument("--order", type=int, nargs="+", help="sizes for the error's order (CG)")
+    options.add_platform(parser)
+    options.add_out(parser, "write each method's converged field and iterations as an xarray "
+                    "Dataset (.nc or .zarr; one grid: not with several --order sizes)")  # fmt: skip
+    options.add_overwrite(parser)
     parser.add_argument("--plot", help="write the solution and residual histories here (PNG)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
@@ -340,14 +379,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.backend != "auto" and args.plot:
         parser.error(f"--backend {args.backend} draws no pictures: drop --plot, or use "
                      f"--backend auto")  # fmt: skip
+    sizes = args.order or [args.n]
+    if args.out:
+        if len(sizes) > 1:
+            parser.error(f"--out writes the fields of one grid, --order gives {len(sizes)} "
+                         f"sizes: give one size (--n N), or drop --out")  # fmt: skip
+        options.check_out(parser, args.out, overwrite=args.overwrite)
     import jax
 
-    try:
-        pgas.use_cpu_devices(args.devices)
-    except pgas.DeviceCountError:  # JAX already runs (a test, a notebook): use a subset
-        pass
+    if args.backend == "mpi":  # NumPy blocks under mpiexec: no JAX devices to pick
+        try:
+            pgas.use_cpu_devices(args.devices)
+        except pgas.DeviceCountError:  # JAX already runs (a test, a notebook): use a subset
+            pass
+    else:
+        from pgas.app import platform
+
+        options.or_exit(parser, lambda: platform.select(args.platform, args.devices))
     jax.config.update("jax_enable_x64", True)
-    sizes = args.order or [args.n]
     if args.backend == "auto":
         mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
         runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
@@ -370,8 +419,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print("observed order: " + ", ".join(f"{o:.2f}" for o in orders))
     if args.plot:
         plot(args.plot, sizes[0], mesh, [r for r in runs if r["n"] == sizes[0]])
+    if args.out:
+        write_fields(args.out, runs, args.tol, overwrite=args.overwrite)
     if args.json:
-        print(json.dumps(runs))
+        print(json.dumps([{k: v for k, v in r.items() if k != "field"} for r in runs]))
     return runs
 
 

@@ -2,7 +2,10 @@
 
 :func:`make_parser` builds the options both examples share (backend, platform,
 devices, steps, steps per exchange, output, checkpoints); each example adds its
-own group. :func:`from_args` checks the parsed options against each other and
+own group. A program with a command line of its own (``examples/poisson``) takes
+single options from here instead (:func:`add_platform`, :func:`add_out`,
+:func:`add_overwrite`, :func:`check_out`), so an option means the same in every
+example. :func:`from_args` checks the parsed options against each other and
 returns a :class:`RunOptions` (derived values such as the snapshot interval and
 the checkpoint directory filled in); the argparse ``Namespace`` is never
 changed. Every user error ends the program through ``ap.error``: exit code 2
@@ -25,6 +28,7 @@ from pgas.errors import PgasError
 __all__ = [
     "PLATFORMS", "RunOptions", "make_parser", "from_args", "or_exit",
     "positive_int", "non_negative_int", "steps_per_exchange", "default_every",
+    "add_platform", "add_out", "add_overwrite", "check_out",
 ]  # fmt: skip
 
 PLATFORMS = ("auto", "cpu", "gpu")
@@ -144,14 +148,51 @@ def make_parser(
     return ap
 
 
+def add_platform(group) -> None:
+    """``--platform auto|cpu|gpu``, as every example has it (:func:`pgas.app.platform.select`).
+
+    >>> ap = argparse.ArgumentParser()
+    >>> add_platform(ap)
+    >>> ap.parse_args(["--platform", "cpu"]).platform
+    'cpu'
+    """
+    group.add_argument(
+        "--platform", choices=PLATFORMS, default="auto",
+        help="JAX platform: auto (JAX's default: a GPU if one is installed), cpu (N virtual "
+        "CPU devices with --devices N) or gpu (default auto)",
+    )  # fmt: skip
+
+
+def add_out(group, help: str) -> None:
+    """``--out FILE``: a result written as an xarray Dataset (checked by :func:`check_out`).
+
+    >>> ap = argparse.ArgumentParser()
+    >>> add_out(ap, "the result")
+    >>> ap.parse_args(["--out", "r.nc"]).out
+    'r.nc'
+    """
+    group.add_argument("--out", metavar="FILE", help=help)
+
+
+def add_overwrite(group, help: str = "replace an existing --out file or store (without it "
+                  "an existing one is an error)") -> None:  # fmt: skip
+    """``--overwrite``: replace what ``--out`` names (never otherwise).
+
+    >>> ap = argparse.ArgumentParser()
+    >>> add_overwrite(ap)
+    >>> ap.parse_args([]).overwrite
+    False
+    """
+    group.add_argument("--overwrite", action="store_true", help=help)
+
+
 def _run_group(ap: argparse.ArgumentParser, steps: int, dtypes: Sequence[str]) -> None:
-    add = ap.add_argument_group("run").add_argument
+    group = ap.add_argument_group("run")
+    add = group.add_argument
     add("--backend", choices=tuple(BACKENDS), default="auto",
         help="auto: global view (pgas.run); explicit: local kernel + ppermute; "
         "mpi: NumPy + mpi4py, start with `mpiexec -n P` (default auto)")  # fmt: skip
-    add("--platform", choices=PLATFORMS, default="auto",
-        help="JAX platform: auto (JAX's default: a GPU if one is installed), cpu (N virtual "
-        "CPU devices with --devices N) or gpu (default auto)")  # fmt: skip
+    add_platform(group)
     add("--devices", type=positive_int,
         help="JAX devices; default: all local. In a multi-process run: devices PER PROCESS "
         "(the mesh spans all processes' devices)")  # fmt: skip
@@ -177,11 +218,7 @@ def _run_group(ap: argparse.ArgumentParser, steps: int, dtypes: Sequence[str]) -
 
 def _output_group(ap: argparse.ArgumentParser, plots: str) -> None:
     o = ap.add_argument_group("output")
-    o.add_argument(
-        "--out",
-        metavar="FILE",
-        help="write snapshots + diagnostics as an xarray Dataset (.nc or .zarr)",
-    )
+    add_out(o, "write snapshots + diagnostics as an xarray Dataset (.nc or .zarr)")
     o.add_argument("--snapshot-every", type=positive_int, metavar="K",
                    help="snapshot every K steps (must divide --steps; default: about 50-100 "
                    "snapshots when --out or --plot is given)")  # fmt: skip
@@ -192,10 +229,9 @@ def _output_group(ap: argparse.ArgumentParser, plots: str) -> None:
         help="print one JSON object with the results as the last stdout line",
     )
     o.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    o.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --out file or store and --checkpoint directory "
-                   "(without it an existing one is an error; --restart continues them; "
-                   "plots are always replaced)")  # fmt: skip
+    add_overwrite(o, "replace an existing --out file or store and --checkpoint directory "
+                  "(without it an existing one is an error; --restart continues them; "
+                  "plots are always replaced)")  # fmt: skip
 
 
 def _checkpoint_group(ap: argparse.ArgumentParser) -> None:
@@ -233,8 +269,6 @@ def default_every(base: int, target: int, steps: int | None = None) -> int:
 
 def _check_output(ap: argparse.ArgumentParser, args: argparse.Namespace,
                   plot_suffixes: Sequence[str]) -> None:  # fmt: skip
-    from pgas.io.dataset import OutputPathError, check_directory, check_writable
-
     for path in args.plot:
         if Path(path).suffix.lower() not in plot_suffixes:
             ap.error(f"--plot {path!r}: give a file ending in {' or '.join(plot_suffixes)}")
@@ -243,16 +277,39 @@ def _check_output(ap: argparse.ArgumentParser, args: argparse.Namespace,
             ap.error(f"--plot {path!r}: directory {folder!r} does not exist; create it first "
                      f"(mkdir -p)")  # fmt: skip
     if args.out:
-        from pgas.runtime.failure import launched_processes
+        check_out(ap, args.out, distributed=args.distributed)
 
-        # What is AT the path: one process alone looks now (fail in the first second); the
-        # processes of a launched run never look for themselves (one could look while another
-        # creates the store): the runner decides that once, on process 0, for all of them.
-        alone = launched_processes() == 1 and not args.distributed
-        try:
-            (check_writable if alone else check_directory)(args.out)
-        except OutputPathError as err:
-            ap.error(f"--out: {err}")
+
+def check_out(ap: argparse.ArgumentParser, out: str, *, distributed: bool = False,
+              overwrite: bool | None = None) -> None:  # fmt: skip
+    """Check ``--out`` before the run (suffix, directory); errors exit with code 2.
+
+    Args:
+        ap: the parser (its ``error`` reports a bad path).
+        out: the path given.
+        distributed: a multi-process JAX run: only the directory is checked here.
+        overwrite: ``--overwrite`` of a program that writes ``out`` once, at its end: an
+            existing ``out`` without it is refused now (every process may look: none
+            writes before the end). None: the runner decides later, on process 0
+            (``--restart`` may continue it).
+
+    >>> import tempfile
+    >>> check_out(argparse.ArgumentParser(), tempfile.gettempdir() + "/pgas-doctest-absent.nc")
+    """
+    from pgas.io.dataset import OutputPathError, check_directory, check_writable
+    from pgas.runtime.failure import launched_processes
+
+    # What is AT the path: one process alone looks now (fail in the first second); the
+    # processes of a launched run never look for themselves (one could look while another
+    # creates the store): the runner decides that once, on process 0, for all of them.
+    alone = launched_processes() == 1 and not distributed
+    try:
+        target = (check_writable if alone else check_directory)(out)
+    except OutputPathError as err:
+        ap.error(f"--out: {err}")
+    if overwrite is False and (target.exists() or target.is_symlink()):
+        ap.error(f"--out {target} exists; pgas replaces nothing it was not asked to: pass "
+                 f"--overwrite to replace it, or choose another name")  # fmt: skip
 
 
 def _snapshot_every(ap: argparse.ArgumentParser, args: argparse.Namespace,

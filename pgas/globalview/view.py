@@ -40,6 +40,18 @@ __all__ = [
 
 SCALARS = (int, float, bool, np.number, np.bool_)
 
+#: NumPy's ufuncs of the operators of :class:`Operators` (``np.float32(0.5) * u`` calls one)
+_OPERATOR_UFUNCS = {
+    np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+    np.true_divide: operator.truediv, np.floor_divide: operator.floordiv,
+    np.remainder: operator.mod, np.power: operator.pow, np.bitwise_and: operator.and_,
+    np.bitwise_or: operator.or_, np.bitwise_xor: operator.xor, np.left_shift: operator.lshift,
+    np.right_shift: operator.rshift, np.less: operator.lt, np.less_equal: operator.le,
+    np.greater: operator.gt, np.greater_equal: operator.ge, np.equal: operator.eq,
+    np.not_equal: operator.ne, np.negative: operator.neg, np.positive: operator.pos,
+    np.absolute: operator.abs, np.invert: operator.invert,
+}  # fmt: skip
+
 
 def is_scalar(x: Any) -> bool:
     """True for Python and NumPy scalars and 0-d arrays (they broadcast against views)."""
@@ -65,9 +77,33 @@ class Operators:
 
     __slots__ = ()
 
-    # NumPy scalars and arrays on the left (np.float32(0.5) * u) defer to the reflected
-    # operators below instead of turning the pgas operand into a NumPy array
-    __array_ufunc__ = None
+    def __array_ufunc__(self, ufunc, method: str, *inputs, **kwargs) -> View:
+        """NumPy's ufuncs on pgas operands.
+
+        A NumPy scalar or array on the left of an operator (``np.float32(0.5) * u``)
+        calls the ufunc of the operator (``np.multiply``): it builds the operator's
+        expression, as the reflected operator below would. Any other ufunc
+        (``np.sin(u[1:-1])``) raises :class:`~pgas.errors.ConversionError` naming
+        :func:`pgas.apply`: NumPy cannot run on the devices' blocks.
+        """
+        fn = _OPERATOR_UFUNCS.get(ufunc)
+        if fn is not None and method == "__call__" and not kwargs:
+            return _op(fn, *inputs)
+        name = getattr(ufunc, "__name__", str(ufunc))
+        what = "GlobalArray" if type(self).__name__ == "GlobalArray" else "view"
+        if method != "__call__":  # np.add.reduce(u), np.maximum.accumulate(u), ...
+            raise ConversionError(
+                f"np.{name}.{method}(...) of a pgas {what}: NumPy ufuncs do not run on pgas "
+                f"arrays (their blocks live on the devices); reduce with pgas.sum, pgas.max, "
+                f"pgas.min, or call np.{name}.{method} on u.to_numpy() for a NumPy result"
+            )
+        views = ", ".join(["u[1:-1]", "w[1:-1]", "v[1:-1]"][: max(1, min(ufunc.nin, 3))])
+        raise ConversionError(
+            f"np.{name}(...) of a pgas {what}: NumPy ufuncs do not run on pgas arrays and "
+            f"views (their blocks live on the devices); write pgas.apply(jnp.{name}, ...) "
+            f"with the jax.numpy function, e.g. u[1:-1] = pgas.apply(jnp.{name}, {views}), "
+            f"or call np.{name} on u.to_numpy() for a NumPy result"
+        )
 
     def as_view(self) -> View:
         raise NotImplementedError

@@ -16,8 +16,9 @@ condition             ghost cell ``-1 - j`` (low face) reads      cells the arra
 ====================  ==========================================  ========================
 
 ``Keep`` is the seed heat equation's semantics: the outermost ``halo`` cells on
-that face are boundary cells that no assignment changes (``u[0]`` and ``u[-1]``
-never change for a width-1 stencil).
+that face are boundary cells that no stencil changes (``u[0]`` and ``u[-1]``
+never change for a width-1 stencil); an assignment to them alone (``u[0] =
+u[1]``) writes them.
 
 A periodic condition must be periodic on both faces of its axis.
 
@@ -35,8 +36,11 @@ sub-steps) and
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
+
+import numpy as np
 
 from pgas.errors import LayoutError
 
@@ -95,13 +99,34 @@ class Dirichlet(Boundary):
     """A fixed value beyond the face.
 
     Args:
-        value: the value every ghost cell reads (cast to the array's dtype).
+        value: the value every ghost cell reads (cast to the array's dtype): one real
+            number (Python or NumPy). Another value on each face of an axis is a
+            ``(low, high)`` pair of conditions, ``(Dirichlet(0.0), Dirichlet(1.0))``.
+
+    Raises:
+        LayoutError: ``value`` is not one real number (a string, None, an array, a bool).
 
     >>> Dirichlet(1.5).value
     1.5
+    >>> Dirichlet("a")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pgas.errors.LayoutError: Dirichlet value = 'a' (of type str): give one real number ...
     """
 
     value: float = 0.0
+
+    def __post_init__(self) -> None:
+        value = self.value
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            shape = getattr(value, "shape", ())
+            shown = f"{value!r:.60}" if shape == () else f"an array of shape {tuple(shape)}"
+            raise LayoutError(
+                f"Dirichlet value = {shown} (of type {type(value).__name__}): give one real "
+                f"number for the whole face, e.g. Dirichlet(0.0) or Dirichlet(float(x)); "
+                f"another value on each face is a (low, high) pair, boundary=[(Dirichlet(0.0), "
+                f"Dirichlet(1.0))]; a value that varies along a face is not supported"
+            )
 
     def ghost(self, edge: Any, axis: int, xp: Any) -> Any:
         return xp.full_like(edge, self.value)
@@ -123,7 +148,10 @@ class Keep(Boundary):
     """The outermost ``halo`` cells of the face never change (the seed semantics).
 
     Its ghosts mirror the edge as Neumann's do, but no written cell reads
-    them, so they need no refresh.
+    them, so they need no refresh. The cells are kept out of a window wider
+    than them (a stencil); a window inside them is written as asked: ``u[0] =
+    u[1]`` is a zero-gradient edge written by hand, which may not read the
+    ghosts (:func:`pgas.globalview.lower.check_kept_edges`).
 
     >>> Keep(), Keep().keeps
     (Keep(), True)

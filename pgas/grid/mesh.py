@@ -51,7 +51,8 @@ def make_mesh(
 
     Raises:
         MeshError: on a bad axis name list or a shape that does not multiply out.
-        DeviceCountError: when more devices are asked for than exist.
+        DeviceCountError: when ``devices`` is below 1, or more devices are asked for than
+            exist.
 
     >>> mesh = make_mesh(("x",), devices=1)
     >>> dict(mesh.shape)
@@ -70,7 +71,12 @@ def make_mesh(
     if devices is None:
         devs = list(available)
     elif isinstance(devices, int):
-        if not 1 <= devices <= len(available):
+        if devices < 1:
+            raise DeviceCountError(
+                f"devices = {devices!r}: give a whole number >= 1 (how many devices the mesh "
+                f"uses), a list of devices, or None for all of them"
+            )
+        if devices > len(available):
             raise DeviceCountError(
                 f"devices = {devices}, but only {len(available)} device(s) exist; ask for at "
                 f"most {len(available)}, or call pgas.use_cpu_devices({devices}) before JAX "

@@ -33,6 +33,7 @@ from pgas.globalview.array import GlobalArray
 from pgas.loop.frames import group_program, read_only, step_fn
 from pgas.loop.plan import Plan
 from pgas.loop.plan import plan as make_plan
+from pgas.loop.scalars import check_state
 
 __all__ = [
     "Collective",
@@ -409,6 +410,7 @@ def comm_report(
     """
 
     fn, s = (step, state[0]) if len(state) == 1 else ((lambda t, *p: step(*t, *p)), tuple(state))
+    check_state(s, "comm_report state")  # GlobalArrays (pgas.from_numpy) and 0-d scalars
     if not _is_step(fn, s, params):  # e.g. a reduction: compiled as it is, one call = one step
         mesh = _arrays(s)[0].layout.mesh if _arrays(s) else None
         return compiled_report(lambda t: fn(t), (s,), name=getattr(step, "__name__", "fn"),

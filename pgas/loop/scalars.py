@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pgas.errors import PgasError
+from pgas.errors import LayoutError, PgasError
 from pgas.globalview.array import GlobalArray
 
 __all__ = ["check_state", "has_scalars"]
@@ -29,10 +29,12 @@ def _is_array(x) -> bool:
 
 
 def check_state(state: Any, name: str = "state") -> None:
-    """Every leaf of ``state`` is a :class:`pgas.GlobalArray` or a 0-d ``jax.Array``.
+    """Every leaf of ``state`` is a :class:`pgas.GlobalArray` or a 0-d ``jax.Array``,
+    and every field is on the same devices.
 
     Raises:
         PgasError: naming the leaf, what it is, and how to make a scalar of it.
+        LayoutError: two fields on meshes of different devices.
 
     >>> import jax.numpy as jnp, numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(4, np.float32), pgas.make_mesh(devices=1))
@@ -60,6 +62,29 @@ def check_state(state: Any, name: str = "state") -> None:
                    f"by params=")  # fmt: skip
         raise PgasError(f"{where} is {what}: a state holds pgas.GlobalArrays and scalars "
                         f"(0-d JAX arrays); {fix}")  # fmt: skip
+    _check_devices(found, name)
+
+
+def _check_devices(found: list, name: str) -> None:
+    """Every field of the state on the same devices: one compiled loop runs on one set."""
+    first = None
+    for path, leaf in found:
+        if not isinstance(leaf, GlobalArray):
+            continue
+        mesh = leaf.layout.mesh
+        if first is not None and mesh is first[3]:
+            continue
+        ids = sorted(d.id for d in mesh.devices.flat)
+        where = f"{name}{jax.tree_util.keystr(path)}"
+        if first is None:
+            first = (where, ids, dict(mesh.shape), mesh)
+        elif ids != first[1]:
+            raise LayoutError(
+                f"{where} is on a mesh {dict(mesh.shape)} of devices {ids}, {first[0]} on a "
+                f"mesh {first[2]} of devices {first[1]}: the fields of a state run in one "
+                f"compiled program, on one set of devices; make every field on one mesh "
+                f"(mesh = pgas.make_mesh(...), then pgas.from_numpy(x, mesh) for each)"
+            )
 
 
 def has_scalars(state: Any) -> bool:

@@ -95,3 +95,23 @@ def test_poisson_jacobi_and_cg_example_on_the_explicit_backend_as_on_auto():
     (auto,) = P.main(["--n", "9", "--devices", "4", "--methods", "cg", "--json"])
     assert c["method"] == "cg" and c["converged"] and c["check_every"] == 1
     assert c["iterations"] == auto["iterations"] and c["error_max"] == auto["error_max"]
+
+
+def test_poisson_out_writes_each_final_field_and_platform_cpu_is_accepted(tmp_path):
+    """--out: one variable per method, read back with xarray equal to the run's final field
+    (and Jacobi's to NumPy's, bit for bit), its iterations in its attributes."""
+    import xarray as xr
+
+    out = tmp_path / "p.zarr"
+    runs = P.main(["--n", "9", "--devices", "2", "--platform", "cpu", "--out", str(out),
+                   "--json"])  # fmt: skip
+    b, _ = numpy_problem(9)
+    n, u = jacobi_iterations(b, runs[0]["check_every"])
+    with xr.open_dataset(out, engine="zarr") as ds:
+        assert ds.attrs["methods"] == "jacobi cg" and ds.attrs["n"] == 9
+        for r in runs:
+            field = ds[f"u_{r['method']}"]
+            assert field.dims == ("x", "y") and field.attrs["iterations"] == r["iterations"]
+            np.testing.assert_array_equal(field.values, r["field"])
+        np.testing.assert_array_equal(ds["u_jacobi"].values, u)
+        assert ds["u_jacobi"].attrs["iterations"] == n and ds["u_cg"].attrs["converged"] == 1
