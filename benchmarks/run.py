@@ -313,10 +313,11 @@ def ratios(res) -> dict:
     return out
 
 
-def write_readme(res) -> None:
-    path = os.path.join(HERE, "README.md")
+def write_readme(res, path: str = os.path.join(HERE, "README.md")) -> None:
+    """Rewrite the results between the marker comments of ``path`` (benchmarks/README.md)."""
     start, end = "<!-- results:start -->", "<!-- results:end -->"
     mc = res["machine"]
+    backends = sorted({x["backend"] for rows in res["throughput"].values() for x in rows})
     lines = [
         start,
         "",
@@ -325,32 +326,37 @@ def write_readme(res) -> None:
         f"numpy {mc['numpy']}, pgas {mc['pgas']}; {mc['date']} "
         f"(load average {', '.join(f'{v:.1f}' for v in mc['load_average'])}).",
         "",
-        "| stencil | cells | backend | G cell/s (median) | min-max | T_eff GB/s | x roofline |",
-        "|---|---|---|---|---|---|---|",
+        "G cell/s, median [min-max], and x roofline; the roofline is NumPy STREAM copy at the "
+        "field's size, 1 thread:",
+        "",
+        "| stencil | cells | copy GB/s | triad GB/s | ceiling G cell/s | "
+        + " | ".join(backends)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(backends),
     ]
     for s, rows in res["throughput"].items():
-        for x in sorted(rows, key=lambda r: (r["cells"], r["backend"])):
-            if "cells_per_s_median" not in x:
-                lines.append(f"| {s} | {x['cells']} | {x['backend']} | error | | | |")
-                continue
-            lines.append(
-                f"| {s} | {x['cells']} | {x['backend']} | {x['cells_per_s_median'] / 1e9:.3f} | "
-                f"{x['cells_per_s_min'] / 1e9:.3f}-{x['cells_per_s_max'] / 1e9:.3f} | "
-                f"{x['T_eff_GB_per_s']:.1f} | {x.get('x_roofline', float('nan')):.2f} |"
-            )
-    lines += [
-        "",
-        "Roofline (NumPy STREAM copy at the field's size, 1 thread):",
-        "",
-        "| stencil | cells | copy GB/s | triad GB/s | ceiling G cell/s |",
-        "|---|---|---|---|---|",
-    ]
-    for s, rows in res["roofline"].items():
-        for r in rows:
-            lines.append(
-                f"| {s} | {r['cells']} | {r['copy_GB_per_s']:.1f} | {r['triad_GB_per_s']:.1f} | "
-                f"{r['ceiling_cells_per_s'] / 1e9:.2f} |"
-            )
+        roof = {r["cells"]: r for r in res["roofline"].get(s, [])}
+        for cells in sorted({x["cells"] for x in rows}):
+            r = roof.get(cells)
+            cols = (
+                [f"{r['copy_GB_per_s']:.1f}", f"{r['triad_GB_per_s']:.1f}",
+                 f"{r['ceiling_cells_per_s'] / 1e9:.2f}"]
+                if r else ["", "", ""]
+            )  # fmt: skip
+            by = {x["backend"]: x for x in rows if x["cells"] == cells}
+            for b in backends:
+                x = by.get(b)
+                if x is None:
+                    cols.append("")
+                elif "cells_per_s_median" not in x:
+                    cols.append("error")
+                else:
+                    cols.append(
+                        f"{x['cells_per_s_median'] / 1e9:.3f} "
+                        f"[{x['cells_per_s_min'] / 1e9:.3f}-{x['cells_per_s_max'] / 1e9:.3f}] "
+                        f"{x.get('x_roofline', float('nan')):.2f}x"
+                    )
+            lines.append(f"| {s} | {cells} | " + " | ".join(cols) + " |")
     lines += [
         "",
         "Scaling, heat1d float32 (virtual CPU devices on 2 cores; processes via mpiexec):",
@@ -375,8 +381,20 @@ def write_readme(res) -> None:
                 f"{c.get('bytes_per_step', '')} | {c.get('ideal_bytes_per_step', '')} | "
                 f"{mems} | {comps} |"
             )
-    lines += ["", "Ratios at the largest size (same run):", ""]
-    lines += [f"- {k}: {v:.2f}" for k, v in res["ratios"].items()]
+    others = [b for b in backends if b != "auto"]
+    lines += [
+        "",
+        "auto / each backend at the largest size, 1 worker (same run):",
+        "",
+        "| stencil | " + " | ".join(others) + " |",
+        "|---|" + "---|" * len(others),
+    ]
+    for s in res["throughput"]:
+        got = [res["ratios"].get(f"{s}: auto / {b} (1 worker)") for b in others]
+        lines.append(f"| {s} | " + " | ".join("" if v is None else f"{v:.2f}" for v in got) + " |")
+    weak = [(k.rsplit(", ", 1)[1], v) for k, v in res["ratios"].items() if k.startswith("weak")]
+    if weak:
+        lines += ["", "Weak efficiency 1->2: " + ", ".join(f"{b} {v:.2f}" for b, v in weak) + "."]
     lines += ["", end]
     text = open(path).read() if os.path.exists(path) else f"# Benchmarks\n\n{start}\n{end}\n"
     if start not in text:

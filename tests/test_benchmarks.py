@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -122,3 +123,73 @@ def test_memory_benchmark_reads_the_peak_of_the_child_from_outside():
     assert "| heat1d 9 | mpi | 2 | f64 + --out | 1 | 5 | 1 | 4.0 |" in text
     with pytest.raises(RuntimeError, match="failed"):
         memory.peak_rss([sys.executable, "-c", "raise SystemExit(3)"])
+
+
+README = os.path.join(ROOT, "benchmarks", "README.md")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: str) -> set[str]:
+    text = open(path).read()
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_readme_at_most_350_lines():
+    """benchmarks/README.md stays a reference: figures, commands, findings (history: CHANGELOG)."""
+    with open(README) as fh:
+        lines = fh.read().splitlines()
+    assert len(lines) <= 350, len(lines)
+
+
+def test_readme_relative_links_resolve():
+    """Every relative link of benchmarks/README.md names a file that exists, and its anchor."""
+    text = open(README).read()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert len(links) > 20, links
+    here = os.path.dirname(README)
+    for link in links:
+        if re.match(r"[a-z]+:", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = os.path.normpath(os.path.join(here, path)) if path else README
+        assert os.path.exists(target), link
+        if anchor and target.endswith(".md"):
+            assert anchor in _anchors(target), link
+
+
+def test_results_table_written_between_the_markers(tmp_path):
+    """run.py's writer: one row per stencil and size, a column per backend, ratios, markers."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import run
+    finally:
+        sys.path.pop(0)
+    cell = {"cells_per_s_median": 2e9, "cells_per_s_min": 1e9, "cells_per_s_max": 3e9,
+            "x_roofline": 0.5}  # fmt: skip
+    res = {
+        "mode": "tiny",
+        "machine": {"cpu_model": "X", "cores": 2, "memory_bytes": 2**30, "l3_cache": "1K",
+                    "jax": "0", "numpy": "0", "pgas": "0", "date": "d",
+                    "load_average": [1.0, 1.0, 1.0]},
+        "throughput": {"heat1d_f32": [dict(cell, backend="auto", cells=64),
+                                      dict(cell, backend="naive", cells=64),
+                                      {"backend": "mpi", "cells": 64}]},
+        "roofline": {"heat1d_f32": [{"cells": 64, "copy_GB_per_s": 16.0, "triad_GB_per_s": 8.0,
+                                     "ceiling_cells_per_s": 4e9}]},
+        "scaling": {"strong": [], "weak": []},
+        "ratios": {"heat1d_f32: auto / naive (1 worker)": 1.0,
+                   "weak efficiency 1->2, auto": 0.75},
+    }  # fmt: skip
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- results:start -->\nold\n<!-- results:end -->\nafter\n")
+    run.write_readme(res, str(readme))
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("before\n") and text.endswith("\nafter\n")
+    assert "| cells | copy GB/s | triad GB/s | ceiling G cell/s | auto | mpi | naive |" in text
+    assert "| heat1d_f32 | 64 | 16.0 | 8.0 | 4.00 | 2.000 [1.000-3.000] 0.50x | error | " in text
+    assert "| heat1d_f32 |  | 1.00 |" in text  # auto / mpi: none (mpi failed), auto / naive: 1.00
+    assert "Weak efficiency 1->2: auto 0.75." in text

@@ -49,6 +49,11 @@ first fold, so a product being summed (``pgas.sum(u * v)``) is rounded by
 itself, as NumPy rounds it, and never fused with ``sigma`` into an FMA:
 ``tests/globalview/test_reprosum.py`` checks the bits against this algorithm
 written in NumPy in the test.
+
+Cost: a pass or two over the values more than a plain sum (the absolute values
+and their max, then the folds, whose lanes are summed as one variadic reduction).
+The Poisson example's CG, two sums per iteration, takes 1.51-1.55x the plain-sum
+CG's time per iteration (1025x1025 float64, 2x2 CPU devices).
 """
 
 from __future__ import annotations

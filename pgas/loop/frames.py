@@ -38,10 +38,11 @@ remainder steps of a loop at ``k > 1``) frames each field by how far one step
 reads it (``fields=``, :attr:`pgas.loop.plan.Plan.fields`): a field read at no
 offset (conjugate gradients' ``x`` and ``r``) travels as its plain block, with
 no extension and no exchange, and a field read on one side exchanges that side
-only. Read-only fields follow their own reach the same way (``inputs=``,
-:func:`read_only`). At ``k > 1`` every field keeps the state's frame ``k`` times
-the step's reach: a field's value at the start of a later sub-step depends on
-the others' halos.
+only (CG on 1025x1025, 2x2 CPU devices: 4 collective-permutes per iteration
+instead of 12, XLA's temporaries 10.8 MiB per device instead of 16.9). Read-only
+fields follow their own reach the same way (``inputs=``, :func:`read_only`). At
+``k > 1`` every field keeps the state's frame ``k`` times the step's reach: a
+field's value at the start of a later sub-step depends on the others' halos.
 """
 
 from __future__ import annotations
