@@ -36,8 +36,9 @@ __all__ = [
     "split_chunks",
 ]
 
-#: the most bytes of one store chunk that :func:`split_chunks` leaves (zarr holds a few times
-#: a chunk while it encodes it: benchmarks/README.md, "Memory per process")
+#: the most bytes of one store chunk that :func:`split_chunks` leaves: zarr holds a few times
+#: a chunk while it encodes it (a 16 MiB block written in 8 MiB chunks raised the peak 64 MiB
+#: above the block, in 1 MiB chunks 6 MiB, and wrote as fast)
 CHUNK_BYTES = 1 << 20
 
 Region = tuple[slice, ...]
