@@ -52,7 +52,7 @@ from pgas.grid.layout import Layout
 from pgas.grid.mesh import make_mesh
 from pgas.loop.report import Collective, CommReport, comm_report
 from pgas.loop.timeloop import run
-from pgas.loop.until import NonConvergenceWarning, Until, run_until
+from pgas.loop.until import NonConvergenceWarning, NonFiniteWarning, Until, run_until
 from pgas.runtime.devices import use_cpu_devices
 
 __all__ = [
@@ -62,7 +62,8 @@ __all__ = [
     "Periodic", "Dirichlet", "Neumann", "Keep",
     "shift", "where", "apply",
     "sum", "min", "max", "mean", "any", "all",
-    "run", "run_until", "Until", "NonConvergenceWarning", "comm_report", "CommReport", "Collective",
+    "run", "run_until", "Until", "NonConvergenceWarning", "NonFiniteWarning",
+    "comm_report", "CommReport", "Collective",
     "PgasError", "MeshError", "LayoutError", "HaloError", "IndexingError",
     "ShapeMismatchError", "DTypeMismatchError", "DeviceCountError", "ConversionError",
     "__version__",

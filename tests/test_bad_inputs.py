@@ -8,6 +8,8 @@ in this process (argparse's exit 2 and its message on stderr).
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import load_example
@@ -95,6 +97,21 @@ def _mpi_until(max_steps=10, check_every="auto", converged=None):
                          pgas.Keep(), check_every=check_every)  # fmt: skip
 
 
+def _poisson_notes(tmp):
+    (tmp / "p.nc").write_text("user notes")
+    return PS.main(["--n", "9", "--out", str(tmp / "p.nc")])
+
+
+def _two_meshes():
+    return pgas.run(lambda s: {"a": heat(s["a"]), "b": heat(s["b"])},
+                    {"a": rod(devices=2), "b": rod(devices=4)}, 2)  # fmt: skip
+
+
+def _until_in_x32():
+    with jax.enable_x64(False):  # a traced loop counts in int32: 2**31 is refused, not wrapped
+        return jax.jit(lambda u: pgas.run_until(heat, u, lambda u: pgas.max(u) < 1, 2**31))(rod())
+
+
 TABLE = [
     # ---- library: meshes, arrays, views ------------------------------------------------
     ("mesh axis name twice", lambda t: pgas.make_mesh(("x", "x"), devices=2),
@@ -153,6 +170,33 @@ TABLE = [
      "max_steps = 0: give a whole number >= 1"),
     ("mpi.run_until check_every a string", lambda t: _mpi_until(check_every="often"),
      errors.PgasError, "check_every = 'often'"),
+    ("steps None", lambda t: pgas.run(heat, rod(), None), errors.PgasError,
+     "steps = None: give the number of steps to run"),
+    ("step returns another structure", lambda t: pgas.run(lambda u: (u, u), rod(), 3),
+     errors.PgasError, "the step returned (GlobalArray[10] float32, GlobalArray[10] float32) "
+                       "for the state GlobalArray[10] float32"),
+    ("step returns a scalar of another dtype",
+     lambda t: pgas.run(lambda s: (heat(s[0]), s[1] + 0.5), (rod(), jnp.int32(0)), 3),
+     errors.PgasError, "the scalar state[1] is int32[], the step returned float"),
+    ("run_until step drops a field of the state",
+     lambda t: pgas.run_until(lambda s: {"u": heat(s["u"])}, {"u": rod(), "v": rod()},
+                              lambda s: pgas.max(s["u"]) < 1, 10),
+     errors.PgasError, "(another structure)"),
+    ("run_until converged returns an expression",
+     lambda t: pgas.run_until(heat, rod(), lambda u: u[1:-1] < 1, 10), errors.PgasError,
+     "converged returned a pgas expression of views of shape (8,)"),
+    ("run_until converged returns the field",
+     lambda t: pgas.run_until(heat, rod(), lambda u: u, 10), errors.PgasError,
+     "converged returned a pgas.GlobalArray of shape (10,)"),
+    ("run_until converged uses if on a reduction",
+     lambda t: pgas.run_until(heat, rod(), lambda u: True if pgas.max(u) < 1 else False, 10),
+     errors.PgasError, "tests combined with & | ~"),
+    ("explicit.run_until converged uses and",
+     lambda t: explicit.run_until(_until()[0], rod(), lambda e, reduce: reduce(e[1:-1]) < 1 and
+                                  reduce(e[1:-1], "max") < 1, 10),
+     errors.PgasError, "converged used Python `if`, `and`, `or` or `not` on a reduction"),
+    ("run_until max_steps past 2**31 - 1 in a trace without x64", lambda t: _until_in_x32(),
+     errors.PgasError, "max_steps = 2147483648 inside a trace"),
     # ---- library: results, snapshots, checkpoints ------------------------------------
     ("result suffix", lambda t: dataset.check_writable(t / "r.csv"), dataset.OutputPathError,
      ".nc"),
@@ -188,6 +232,28 @@ TABLE = [
     ("pgas compare --set of the wrong type", _compare_set, SystemExit, "takes a whole number"),
     ("poisson --backend explicit with --plot", CLI(PS.main, "--backend", "explicit", "--plot",
                                                     "TMP/p.png"), SystemExit, "draws no pictures"),
+    # ---- pgas's own errors where JAX's or NumPy's came (issue 32) ----------------------
+    ("state fields on meshes of different devices", lambda t: _two_meshes(), errors.LayoutError,
+     "make every field on one mesh"),
+    ("make_mesh devices zero", lambda t: pgas.make_mesh(devices=0), errors.DeviceCountError,
+     "devices = 0: give a whole number >= 1"),
+    ("Dirichlet value a string", lambda t: pgas.Dirichlet("a"), errors.LayoutError,
+     "Dirichlet value = 'a' (of type str): give one real number"),
+    ("Dirichlet value None", lambda t: pgas.Dirichlet(None), errors.LayoutError,
+     "Dirichlet value = None"),
+    ("Dirichlet value an array", lambda t: pgas.Dirichlet(np.ones(3)), errors.LayoutError,
+     "an array of shape (3,)"),
+    ("from_function of the wrong shape",
+     lambda t: pgas.from_function(lambda i: np.ones(3), (10,), mesh()),
+     errors.ShapeMismatchError, "fn returned values of shape (3,) for a block of cells of shape"),
+    ("comm_report of a NumPy state", lambda t: pgas.comm_report(heat, np.zeros(5)),
+     errors.PgasError, "wrap a field with pgas.from_numpy"),
+    ("NumPy ufunc of a view", lambda t: np.sin(rod()[1:-1]), errors.ConversionError,
+     "pgas.apply(jnp.sin"),
+    ("poisson --out exists", _poisson_notes, SystemExit, "pass --overwrite to replace it"),
+    ("poisson --out with several --order sizes",
+     CLI(PS.main, "--order", "9", "17", "--out", "TMP/p.nc"), SystemExit,
+     "--out writes the fields of one grid"),
 ]  # fmt: skip
 
 

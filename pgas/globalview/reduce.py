@@ -7,6 +7,12 @@ at once (left to the partitioner, a 2-D mesh would get one all-reduce per
 axis). Use them inside a step or a snapshot observer for diagnostics such as
 total heat or population.
 
+A NaN anywhere gives NaN and an infinity counts as in NumPy (``np.max``,
+``np.min``, ``np.sum`` of the same cells) on every mesh: a float max or min
+all-reduces its NaN flag beside its value (:func:`extreme`: one all-reduce of
+two scalars), since XLA's max/min all-reduce drops a NaN, and with it the
+block that held it.
+
 They take what users write, arrays or expressions of views
 (``pgas.sum(u * u)``, ``pgas.max(abs(u[1:-1] - v[1:-1]))``): an expression
 is evaluated on each device's block only (the halo exchange its shifted reads
@@ -17,10 +23,11 @@ the reduction's identity, then the same one all-reduce of a scalar.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +42,7 @@ from pgas.globalview.lower import assign, physical_of
 from pgas.globalview.view import View, Window
 from pgas.grid.boundary import Periodic
 
-__all__ = ["sum", "min", "max", "mean", "any", "all", "traced_reductions"]
+__all__ = ["sum", "min", "max", "mean", "any", "all", "traced_reductions", "extreme", "recorded"]
 
 
 class _Count:
@@ -60,8 +67,58 @@ def traced_reductions() -> int:
     return _Count.value
 
 
-_KINDS = {"sum": (jnp.sum, jax.lax.psum), "min": (jnp.min, jax.lax.pmin),
-          "max": (jnp.max, jax.lax.pmax), "reproducible": (None, None)}  # fmt: skip
+class _Seen:
+    """The lists :func:`recorded` collects reductions in (innermost last)."""
+
+    stack: list[list] = []
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[list]:
+    """Collect the value of every reduction made inside the block (its scalar result).
+
+    :func:`pgas.run_until` reads what its ``converged`` reduced, to stop when a
+    value is NaN or infinite (the state went non-finite).
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.array([1.0, np.nan]), pgas.make_mesh(devices=1))
+    >>> with recorded() as seen:
+    ...     _ = pgas.max(u) < 1.0
+    >>> [float(x) for x in seen]
+    [nan]
+    """
+    seen: list = []
+    _Seen.stack.append(seen)
+    try:
+        yield seen
+    finally:
+        _Seen.stack.remove(seen)
+
+
+def extreme(local: jax.Array, op: str, names: tuple) -> jax.Array:
+    """``local``, a block's ``np.max`` (``op="max"``) or ``np.min``, reduced over the mesh
+    axes ``names`` inside ``shard_map`` as NumPy reduces: a NaN on any device gives NaN.
+
+    XLA's max/min all-reduce drops a NaN (and with it the rest of the block that held
+    it), so a float value travels with a NaN flag: one all-reduce of two values.
+
+    >>> float(extreme(jnp.float64(jnp.nan), "max", ()))
+    nan
+    """
+    collective = jax.lax.pmax if op == "max" else jax.lax.pmin
+    if not names:
+        return local
+    if not jnp.issubdtype(local.dtype, jnp.floating):
+        return collective(local, names)
+    nan = jnp.isnan(local)
+    sign = 1 if op == "max" else -1  # the flag: 1 (pmax) or -1 (pmin) where a NaN was
+    value = jnp.where(nan, jnp.asarray(-sign * np.inf, local.dtype), local)
+    both = collective(jnp.stack([value, sign * nan.astype(local.dtype)]), names)
+    return jnp.where(both[1] != 0, jnp.asarray(np.nan, local.dtype), both[0])
+
+
+_KINDS = {"sum": (jnp.sum, jax.lax.psum), "min": (jnp.min, None), "max": (jnp.max, None),
+          "reproducible": (None, None)}  # fmt: skip
 
 
 def reproducible_psum(block: jax.Array, size: int, names: tuple) -> jax.Array:
@@ -119,6 +176,8 @@ def _reducer(layout, kind: str, fill) -> Callable:
         if kind == "reproducible":
             return reproducible_psum(block, math.prod(layout.shape), names)
         value = local(block)
+        if collective is None:  # a max or min: NaN-aware
+            return extreme(value, kind, names)
         return collective(value, names) if names else value
 
     return jax.jit(shard_map(per_device, mesh=layout.mesh, in_specs=PartitionSpec(*layout.spec),
@@ -139,7 +198,10 @@ def _reduce(array: GlobalArray | View, kind: str, fill) -> jax.Array:
         raise LayoutError(
             f"this array holds {array.data.shape[0]} stacked snapshots; reduce a single field"
         )
-    return _reducer(array.layout, kind, fill)(physical_of(array))
+    out = _reducer(array.layout, kind, fill)(physical_of(array))
+    if _Seen.stack:
+        _Seen.stack[-1].append(out)
+    return out
 
 
 def _evaluated(view: View, fill) -> GlobalArray:
@@ -188,7 +250,8 @@ def sum(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # 
 
 
 def min(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # noqa: A001
-    """Smallest cell value (exact in any order: ``reproducible=True`` is refused).
+    """Smallest cell value (exact in any order: ``reproducible=True`` is refused); a NaN
+    anywhere gives NaN, as ``np.min``.
 
     >>> import numpy as np, pgas
     >>> float(pgas.min(pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))))
@@ -201,7 +264,8 @@ def min(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # 
 
 
 def max(array: GlobalArray | View, reproducible: bool = False) -> jax.Array:  # noqa: A001
-    """Largest cell value (exact in any order: ``reproducible=True`` is refused).
+    """Largest cell value (exact in any order: ``reproducible=True`` is refused); a NaN
+    anywhere gives NaN, as ``np.max``, on every mesh.
 
     >>> import numpy as np, pgas
     >>> float(pgas.max(pgas.from_numpy(np.arange(3.0), pgas.make_mesh(devices=1))))

@@ -79,7 +79,7 @@ import numpy as np
 
 from pgas.errors import PgasError, whole_number
 from pgas.globalview.array import GlobalArray
-from pgas.loop import adjoint, kept
+from pgas.loop import adjoint, counts, kept, returns
 from pgas.loop.frames import (
     blocks,
     double_group,
@@ -91,6 +91,7 @@ from pgas.loop.frames import (
     refreshed,
     step_fn,
 )
+from pgas.loop.outside import numbers_read
 from pgas.loop.plan import AUTO, Plan
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
@@ -160,7 +161,7 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
             observe: Callable | None, double: bool = False,
             transport: Callable | None = None, takes_params: bool = False,
             captured: tuple = (), sides: tuple | None = None, fields: tuple | None = None,
-            inputs: tuple | None = None) -> Program:  # fmt: skip
+            inputs: tuple | None = None, reads: tuple = ()) -> Program:  # fmt: skip
     """The compiled program of :func:`run` (cached per step, ``k``, reach and snapshots).
 
     A seam for tools that need the loop itself: XLA's memory analysis and HLO
@@ -190,6 +191,9 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         fields, inputs: each field's and read-only field's frame for a single-buffered
             step (:attr:`pgas.loop.plan.Plan.fields`, :attr:`~pgas.loop.plan.Plan.inputs`);
             ``None``: the state's.
+        reads: the numbers ``step`` and ``observe`` read from outside
+            (:func:`pgas.loop.outside.numbers_read`), a part of the key only: a
+            changed global or closure number gives a new program, never a stale one.
     """
     look = observe or (lambda s: s)
     held = tuple(c.field for c in captured if c.field is not None)
@@ -404,7 +408,9 @@ class _Counted:
 
     def __call__(self, state, count: int, params=None):
         extra = () if params is None else (params,)
-        return self.runs[int(count) % len(self.runs)](state, jnp.int32(count), *extra)
+        for piece in counts.pieces(int(count), 2):  # an int32 trip count: longer runs in pieces
+            state = self.runs[piece % len(self.runs)](state, jnp.int32(piece), *extra)
+        return state
 
     def lower(self, state, count: int, params=None):
         extra = () if params is None else (params,)
@@ -427,8 +433,16 @@ def compiled(step: Callable, state: State, steps_per_exchange: int | str = AUTO)
     """
     how = make_plan(step, state, steps_per_exchange)
     prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double,
-                   **_sides(how))  # fmt: skip
+                   **_reads(step), **_sides(how))  # fmt: skip
     return prog.advance.lower(prog.enter(state), 2).compile()
+
+
+def _reads(*fns: Callable | None) -> dict:
+    """``reads=`` for :func:`program`: the numbers ``fns`` read from outside
+    (:func:`pgas.loop.outside.numbers_read`); none where they read none, so such a step's
+    cache key is the one it always was."""
+    found = numbers_read(*fns)
+    return {"reads": found} if found else {}
 
 
 def _sides(how: Plan) -> dict:
@@ -463,6 +477,12 @@ def _check(steps, snapshot_every, chunk) -> tuple[int | None, int]:
         if steps.shape != () or not jnp.issubdtype(steps.dtype, jnp.integer):
             raise PgasError(f"steps = {steps!r}: give a whole number (an integer scalar)")
         return None, 0
+    if steps is None:
+        raise PgasError(
+            "steps = None: give the number of steps to run, a whole number >= 0 (pgas.run(step, "
+            "state, 100)); to run until a test holds, use pgas.run_until(step, state, "
+            "converged, max_steps)"
+        )
     for name, value, least in (("steps", steps, 0), ("snapshot_every", snapshot_every, 1),
                                ("chunk", chunk, 1)):  # fmt: skip
         if value is not None:  # any integral value (NumPy's too), never a bool
@@ -470,6 +490,8 @@ def _check(steps, snapshot_every, chunk) -> tuple[int | None, int]:
     steps, snapshot_every, chunk = (None if v is None else int(v) for v in (steps, snapshot_every,
                                                                               chunk))  # fmt: skip
     every = snapshot_every
+    if every is not None:  # the steps of a snapshot: one compiled loop
+        counts.check_traced("snapshot_every", every, "(the steps of one snapshot)")
     if every is not None and steps % every:
         raise PgasError(
             f"snapshot_every = {every} does not divide steps = {steps}; pick steps as a "
@@ -634,6 +656,10 @@ def run(
             it is (see ``donate``).
         steps: number of steps (>= 0): a Python int, or, inside a trace and for
             forward use only (no reverse mode, no snapshots), a traced integer.
+            Any count up to ``2**63 - 1`` runs exactly: the compiled loop's trip
+            count is an int32, so a longer run is several runs of at most
+            ``2**31 - 2`` steps (the same bits, :mod:`pgas.loop.counts`); inside
+            a trace a static count past ``2**31 - 1`` needs ``jax_enable_x64``.
         params: what the step reads besides its state, passed as
             ``step(state, params)``: a pytree of scalars, JAX arrays and
             read-only GlobalArrays (coefficient fields). They are arguments of
@@ -641,7 +667,13 @@ def run(
             without compiling, and a GlobalArray in it is exchanged once per
             run, with the halo its reads need. Arrays the step reads from its
             enclosing scope instead are constants of the program, which is
-            cached by their identity (a rebound array compiles anew).
+            cached by their identity (a rebound array compiles anew). Numbers
+            the step or ``observe`` reads from a module global or a closure
+            (``c = 0.1`` at module level) are constants too: the program is
+            cached by their values, so a changed number compiles anew, never
+            runs with the old one (:mod:`pgas.loop.outside`); pass a number
+            that changes from call to call through ``params`` instead, which
+            does not compile again.
         snapshot_every: record ``observe(state)`` after every that many steps;
             must divide ``steps``.
         observe: what a snapshot keeps; default the whole state.
@@ -677,6 +709,9 @@ def run(
         entries (after steps ``k, 2k, ...``).
 
     Raises:
+        PgasError: a bad ``steps`` (``None``, negative, not whole), ``params`` or
+            state leaf; a step that returns another structure, field shape or
+            scalar dtype than it got (:mod:`pgas.loop.returns` names both).
         Exception: whatever a chunk or ``callback`` raised, unchanged, with two
             attributes added: ``pgas_step``, the steps completed, and
             ``pgas_state``, the state after them (in ``state``'s form; None
@@ -704,15 +739,20 @@ def run(
     _check_layout(state)
     keys = captured(step)
     if _traced(state, params, steps) or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
-        return _inline(step, state, steps, params, every, observe, asked, callback, keys,
-                       steps_per_exchange, plan, remat_every)  # fmt: skip
+        try:
+            return _inline(step, state, steps, params, every, observe, asked, callback, keys,
+                           steps_per_exchange, plan, remat_every)  # fmt: skip
+        except (TypeError, ValueError) as err:  # a step returning another state: say so
+            returns.explain(err, step, state, params)
+            raise
     steps = int(steps)
     if steps == 0:
         return state if every is None else (state, None)
     how = plan or make_plan(step, state, steps_per_exchange, params=params)
     extra = (None, params is not None, keys) if params is not None or keys else ()
     prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra,
-                   **_sides(how))  # fmt: skip
+                   **_reads(step, observe), **_sides(how))  # fmt: skip
+    given = state  # its shapes, to name what a step returned unlike it
     state = _convert(prog.enter, state) if donate else kept.entered(prog.enter, state)
     done, parts = 0, []
     try:
@@ -728,6 +768,7 @@ def run(
             if callback is not None:  # in the user's form: a copy of the double buffers' cells
                 callback(done, prog.leave(state) if how.double else state)
     except BaseException as err:  # Ctrl-C too: the state so far is worth saving
+        returns.explain(err, step, given, params)
         kept.attach(err, prog.leave, state, done, steps)
         raise
     state = _convert(prog.leave, state)
@@ -751,6 +792,8 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     if _is_int(steps) and steps == 0:
         return state if every is None else (state, None)
     static = _is_int(steps)
+    if static:
+        counts.check_traced("steps", steps, "inside a trace")
     how = plan or make_plan(step, state, steps_per_exchange, double=None if static else False,
                             params=params)  # fmt: skip
     if not static and how.double:
@@ -760,14 +803,16 @@ def _inline(step, state, steps, params, every, observe, chunk, callback, keys,
     # fields captured from the enclosing scope are extended once per loop, as params are;
     # traced ones (a caller's argument) are not cached in a program, and exchange per read
     held = tuple(c for c in keys if not isinstance(c.obj, jax.core.Tracer))
+    reads = _reads(step, observe)
     prog = program(step, k, how.widths, every, observe, how.double, None, params is not None,
-                   held, **_sides(how))  # fmt: skip
+                   held, **reads, **_sides(how))  # fmt: skip
     # the derivative differentiates one step per exchange, single-buffered (the same bits):
     # a deep-halo group's transpose cost more than k single steps' (benchmarks/README.md)
     one = how if k == 1 and not how.double else make_plan(step, state, 1, double=False,
                                                           params=params)  # fmt: skip
     single = prog if one is how else program(step, 1, one.widths, every, observe, False, None,
-                                             params is not None, held, **_sides(one))  # fmt: skip
+                                             params is not None, held, **reads,
+                                             **_sides(one))  # fmt: skip
     # only the derivative is ever differentiated (the rule of _differentiable), so only its
     # loop is cut into rematerialised segments; the forward loop runs as the standalone one
     forward = functools.partial(prog.inline, segment=None)
@@ -798,7 +843,7 @@ def _adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Ca
     takes = params is not None
     prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
                    double=how.platform == "cpu" and k > 1, takes_params=takes,
-                   captured=held)  # fmt: skip
+                   captured=held, **_reads(step))  # fmt: skip
     return lambda ct, p: prog.inline(ct, steps, p, None)
 
 

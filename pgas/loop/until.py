@@ -18,11 +18,32 @@ anyway, so it is checked every step. The result says which value ran
 (benchmarks/README.md, "Iterative solvers").
 
 Reaching ``max_steps`` without convergence is reported: ``result.converged``
-is ``False`` and a :class:`NonConvergenceWarning` is issued. Reverse mode
-(``jax.grad``) and forward mode through the loop are not supported (the trip
-count depends on the values): ``jax.grad`` raises a
-:class:`~pgas.errors.PgasError` that says so. ``jax.jit`` of a function
-calling :func:`run_until` works (the loop is inlined).
+is ``False`` and a :class:`NonConvergenceWarning` is issued.
+
+A state gone non-finite stops the loop. A check also reads the values its
+``converged`` reduced (each ``pgas.sum``, ``pgas.max``, ... it called) and the
+float scalars of the state (a CG's ``r . r``, which its test reads without
+reducing): where one is NaN or infinite, the loop stops at that check,
+``result.finite`` is ``False`` and a :class:`NonFiniteWarning` names the step.
+Those values are scalars every device already holds, so this costs no
+communication; a NaN in cells no reduction reads goes unseen (it cannot
+change the decision). Reductions propagate NaN as NumPy does
+(:mod:`pgas.globalview.reduce`), so without this check ``pgas.max(abs(r)) <
+tol`` would be ``False`` at every check and the loop would run to
+``max_steps``.
+
+Any ``max_steps`` up to ``2**63 - 1`` runs exactly. The compiled loop counts
+steps in int32; a longer ``max_steps`` runs as several such loops of at most
+:data:`pgas.loop.counts.INT32_STEPS` steps each, one after the other (the same checks at the
+same steps), stopping at the first that converges. Inside a trace the count is
+an int64 (which needs ``jax_enable_x64``; without it a ``max_steps`` or
+``check_every`` past ``2**31 - 1`` is refused).
+
+Forward mode (``jax.jvp``) runs the tangent through the same loop (the trip
+count is the primal's). Reverse mode (``jax.grad``) is not supported (the trip
+count depends on the values): it raises a :class:`~pgas.errors.PgasError`
+that says so. ``jax.jit`` of a function calling :func:`run_until` works (the
+loop is inlined).
 """
 
 from __future__ import annotations
@@ -39,8 +60,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pgas.errors import PgasError
-from pgas.loop import kept
-from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange, signature
+from pgas.globalview.reduce import recorded
+from pgas.loop import counts, kept, returns
+from pgas.loop.decision import all_finite, called, check_converged
+from pgas.loop.outside import numbers_read
+from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.scalars import check_state
 from pgas.loop.timeloop import _check_params, _Same, _sides, captured, program
@@ -49,6 +73,8 @@ __all__ = [
     "run_until",
     "Until",
     "NonConvergenceWarning",
+    "NonFiniteWarning",
+    "warn_non_finite",
     "SameCode",
     "choose_check_every",
     "check_args",
@@ -126,6 +152,11 @@ class NonConvergenceWarning(UserWarning):
     """:func:`run_until` reached ``max_steps`` before ``converged`` held."""
 
 
+class NonFiniteWarning(NonConvergenceWarning):
+    """:func:`run_until` stopped at a check where a value ``converged`` reduced (or a scalar
+    of the state) was NaN or infinite: the state went non-finite."""
+
+
 class Until(tuple):
     """What :func:`run_until` returns: ``(state, steps_taken)``, with more by name.
 
@@ -135,15 +166,20 @@ class Until(tuple):
         state: the final state.
         steps_taken: steps run (a Python int; traced inside a trace).
         converged: whether ``converged`` held at the last check (``False``:
-            ``max_steps`` was reached first).
+            ``max_steps`` was reached first, or the state went non-finite).
         check_every: steps between checks, as chosen.
         plan: how the step was compiled (:func:`pgas.loop.plan.plan`).
         note: why ``check_every`` has its value (for ``"auto"``).
+        finite: ``False`` where the loop stopped because a value ``converged``
+            reduced, or a float scalar of the state, was NaN or infinite at the
+            last check (module docstring).
     """
 
-    def __new__(cls, state, steps_taken, converged, check_every: int, plan: Plan, note: str):
+    def __new__(cls, state, steps_taken, converged, check_every: int, plan: Plan, note: str,
+                finite=True):  # fmt: skip
         self = super().__new__(cls, (state, steps_taken))
         self.converged, self.check_every, self.plan, self.note = converged, check_every, plan, note
+        self.finite = finite
         return self
 
     @property
@@ -157,8 +193,8 @@ class Until(tuple):
 
 jax.tree_util.register_pytree_node(
     Until,
-    lambda u: ((u[0], u[1], u.converged), (u.check_every, u.plan, u.note)),
-    lambda aux, children: Until(*children, *aux),
+    lambda u: ((u[0], u[1], u.converged, u.finite), (u.check_every, u.plan, u.note)),
+    lambda aux, children: Until(*children[:3], *aux, finite=children[3]),
 )  # a pytree: a function under jax.jit may return it
 
 
@@ -218,55 +254,37 @@ def check_state_steps(steps_per_exchange) -> None:
         )
 
 
-def _check_converged(converged: SameCode, state, params) -> None:
-    """``converged`` returns a scalar boolean (traced once per function and state signature,
-    nothing runs)."""
-    key = (converged, signature((state, params)))
-    if key in _CHECKED:
-        return
-    try:
-        out = jax.eval_shape(lambda s, p: _call(converged, s, p), state, params)
-    except PgasError:
-        raise
-    leaves = jax.tree.leaves(out)
-    if len(leaves) != 1 or getattr(leaves[0], "shape", None) != () or \
-            leaves[0].dtype != jnp.bool_:  # fmt: skip
-        got = jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", out)
-        raise PgasError(
-            f"converged returned {got}; it must return a scalar boolean, e.g. "
-            f"lambda s: pgas.max(abs(s['r'])) < 1e-8 (a comparison of a reduction)"
-        )
-    if len(_CHECKED) >= 64:  # it holds the functions (and what they close over) alive,
-        _CHECKED.clear()  # as the program cache does: no more of them than it keeps
-    _CHECKED.add(key)
-
-
-_CHECKED: set = set()  # (converged, signature) pairs that returned a scalar boolean
-
-
-def _call(converged: Callable, state, params):
-    return converged(state, params) if params is not None else converged(state)
-
-
 @functools.lru_cache(maxsize=64)
 def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, every: int,
           max_steps: int, takes_params: bool, keys: tuple = (),
-          frames: tuple = ()) -> Callable:  # fmt: skip
-    """The traceable while loop: ``loop(state, params) -> (state, steps, done)``.
+          frames: tuple = (), reads: tuple = (), checks: tuple = ()) -> Callable:  # fmt: skip
+    """The traceable while loop: ``loop(state, params) -> (state, steps, done, finite)``.
 
     Each iteration runs ``every`` steps (a static count: the double-buffered loop of
     :func:`pgas.run` needs its parity) and one check; the ``max_steps % every`` steps
-    left, if any, run after the loop unless it converged, then one last check.
+    left, if any, run after the loop unless it stopped, then one last check. It stops at
+    a check that holds or that is not finite (:func:`all_finite` of what the check reduced
+    and of the state's scalars). The step counter is an int32, an int64 past 2**31 - 1
+    (:func:`pgas.loop.counts.counter_dtype`).
     ``frames``: the plan's ``sides``, ``fields`` and ``inputs`` for :func:`program`, as
-    sorted ``(name, value)`` pairs.
+    sorted ``(name, value)`` pairs. ``reads`` and ``checks``: the numbers ``step`` and
+    ``converged`` read from outside (:func:`pgas.loop.outside.numbers_read`), parts of the
+    key: a changed global or closure number (a tolerance) gives a new loop, never a stale one.
     """
     form = program(step, k, widths, None, None, double, None, takes_params, keys,
-                   **dict(frames)).carried  # fmt: skip
+                   **dict(frames), **({"reads": reads} if reads else {})).carried  # fmt: skip
+
+    count = counts.counter_dtype(max_steps, every)
 
     def check(s, given):
-        """``(s, done)``: the carried state (its halo refreshed) and whether it converged."""
+        """``(s, done, finite)``: the carried state (its halo refreshed), whether it
+        converged and whether what the check reduced is finite."""
         s, seen = form.seen(s)
-        return s, jnp.asarray(_call(converged, seen, given), jnp.bool_)
+        # a decision: no derivative flows into it (jax.jvp traces it too)
+        seen, given = jax.lax.stop_gradient((seen, given))
+        with recorded() as values:
+            done = jnp.asarray(called(converged, seen, given), jnp.bool_)
+        return s, done, all_finite(values, seen)
 
     def loop(state, params):
         with form.inputs(params) as ready:  # extended once, outside the while loop
@@ -274,28 +292,28 @@ def _loop(step: Callable, converged: Callable, k: int, widths, double: bool, eve
 
     def inner(state, params, given):
         def cond(c):
-            _, n, done = c
-            return jnp.logical_and(jnp.logical_not(done), n + every <= max_steps)
+            _, n, done, finite = c
+            return ~done & finite & (n <= max_steps - every)
 
         def body(c):
-            s, n, _ = c
-            s, done = check(form.steps(s, every, params), given)
-            return s, n + every, done
+            s, n, _, _ = c
+            s, done, finite = check(form.steps(s, every, params), given)
+            return s, n + every, done, finite
 
-        zero = jnp.zeros((), jnp.int32)
-        start = (form.into(state), zero, jnp.zeros((), jnp.bool_))
+        start = (form.into(state), jnp.zeros((), count), jnp.zeros((), jnp.bool_),
+                 jnp.ones((), jnp.bool_))  # fmt: skip
         out = jax.lax.while_loop(cond, body, start)
         rest = max_steps % every
         if rest:
 
             def tail(c):
-                s, n, _ = c
-                s, done = check(form.steps(s, rest, params), given)
-                return s, n + rest, done
+                s, n, _, _ = c
+                s, done, finite = check(form.steps(s, rest, params), given)
+                return s, n + rest, done, finite
 
-            out = jax.lax.cond(out[2], lambda c: c, tail, out)
-        s, n, done = out
-        return form.out_of(s), n, done
+            out = jax.lax.cond(out[2] | ~out[3], lambda c: c, tail, out)
+        s, n, done, finite = out
+        return form.out_of(s), n, done, finite
 
     return loop
 
@@ -305,25 +323,37 @@ def _compiled(loop: Callable) -> Callable:
     return jax.jit(loop, donate_argnums=0)
 
 
-def _no_reverse(loop: Callable) -> Callable:
-    """``loop`` whose derivative says that reverse mode is not supported."""
+def _forward_only(loop: Callable) -> Callable:
+    """``loop`` differentiable in forward mode only: ``jax.jvp`` runs the tangent through
+    the same while loop (its trip count the primal's); reverse mode meets the transpose of
+    the tangent's ``linear_call``, which says it is not supported."""
 
-    @jax.custom_vjp
+    @jax.custom_jvp
     def guarded(state, params):
         return loop(state, params)
 
-    def forward(state, params):
-        return loop(state, params), None
-
-    def backward(_, cotangent):
-        raise PgasError(
-            "jax.grad (reverse mode) through pgas.run_until is not supported: its trip count "
-            "depends on the values; differentiate pgas.run for a fixed number of steps "
-            "(e.g. the steps_taken of a run_until outside the gradient)"
+    @guarded.defjvp
+    def rule(primals, tangents):
+        out, (ds, *rest) = jax.jvp(loop, primals, tangents)
+        leaves, tree = jax.tree.flatten(ds)
+        floats = [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.inexact)]
+        held = jax.custom_derivatives.linear_call(
+            lambda _, t: t, _no_transpose, (), tuple(leaves[i] for i in floats)
         )
+        for i, x in zip(floats, held):
+            leaves[i] = x
+        return out, (tree.unflatten(leaves), *rest)
 
-    guarded.defvjp(forward, backward)
     return guarded
+
+
+def _no_transpose(_, cotangent):
+    raise PgasError(
+        "jax.grad (reverse mode) through pgas.run_until is not supported: its trip count "
+        "depends on the values; differentiate pgas.run for a fixed number of steps "
+        "(e.g. the steps_taken of a run_until outside the gradient); forward mode (jax.jvp) "
+        "works"
+    )
 
 
 def run_until(
@@ -348,13 +378,18 @@ def run_until(
         converged: ``state -> bool`` (``(state, params) -> bool`` with
             ``params``): a scalar boolean, typically a comparison of a
             reduction (``pgas.max(abs(r)) < tol``), evaluated every
-            ``check_every`` steps (one all-reduce of a scalar per check). One made
+            ``check_every`` steps (one all-reduce per reduction). One made
             anew per call with the same code and closure values reuses the
             compiled program (:class:`SameCode`).
-        max_steps: the most steps to run (>= 1).
+        max_steps: the most steps to run (>= 1, up to ``2**63 - 1``: a large one,
+            ``10**12``, means "until converged"; see the module docstring).
         check_every: steps between checks (>= 1, a multiple of an int
             ``steps_per_exchange``), or ``"auto"`` (:func:`choose_check_every`).
         params: as :func:`pgas.run`'s ``params=``; passed to ``converged`` too.
+            A number ``step`` or ``converged`` reads from a module global or a
+            closure (a ``tol``) is a constant of the program, cached by its
+            value: a changed one compiles anew, never runs with the old one; to
+            change it without compiling, pass it in ``params``.
         steps_per_exchange: ``k`` or ``"auto"``, as for :func:`pgas.run`; with
             ``"auto"`` ``k`` is lowered to divide ``check_every``.
         donate: hand ``state``'s buffers to the loop, as :func:`pgas.run`'s
@@ -363,16 +398,27 @@ def run_until(
 
     Returns:
         An :class:`Until`: ``(state, steps_taken)``, with ``.converged``,
-        ``.check_every``, ``.plan`` and ``.note``. ``steps_taken`` is a multiple
-        of ``check_every`` or ``max_steps``; the state is bitwise equal to
-        ``pgas.run(step, state, steps_taken)``.
+        ``.finite``, ``.check_every``, ``.plan`` and ``.note``. ``steps_taken``
+        is a multiple of ``check_every`` or ``max_steps``; the state is bitwise
+        equal to ``pgas.run(step, state, steps_taken)``.
 
     Raises:
         PgasError: a bad ``max_steps``, ``check_every``, state leaf or
-            ``converged``; reverse-mode differentiation (not supported).
+            ``converged`` (one that returns an array or expression, or uses
+            Python ``if`` on a reduction); a step that returns a state of
+            another structure, shape or scalar dtype; reverse-mode
+            differentiation (not supported).
 
     Warns:
-        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held.
+        NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held,
+            issued when the call returns with concrete values. Inside a trace
+            (``jax.jit``, ``jax.vmap``, ``lax.scan``, a traced state, params or
+            captured array) no warning is issued, since whether the test held
+            is only known when the compiled program runs: read the result's
+            ``.converged`` (a traced boolean; under ``vmap`` one per element).
+        NonFiniteWarning: the loop stopped at a check where a value
+            ``converged`` reduced, or a float scalar of the state, was NaN or
+            infinite (``.finite`` is ``False``); the warning names the step.
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0]), pgas.make_mesh(devices=1),
@@ -394,21 +440,38 @@ def run_until(
         k = math.gcd(every, how.steps_per_exchange)
         how = make_plan(step, state, k, params=params)
     keys = captured(step) + captured(converged)
+    reads, checks = numbers_read(step), numbers_read(converged)
     converged = SameCode(converged)  # one program for a converged made anew per call
-    _check_converged(converged, state, params)
-    loop = _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
-                 int(max_steps), params is not None, keys,
-                 tuple(sorted(_sides(how).items())))  # fmt: skip
+    check_converged(converged, state, params)
+    max_steps = int(max_steps)
+    counts.check_traced("check_every", every, "(the steps between two checks)")
+
+    def loop(steps: int) -> Callable:
+        return _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
+                     steps, params is not None, keys, tuple(sorted(_sides(how).items())),
+                     reads, checks)  # fmt: skip
+
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in jax.tree.leaves((state, params)))  # fmt: skip
-    if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
-        out, n, done = _no_reverse(loop)(state, params)
-        return Until(out, n, done, every, how, note)
-    out, n, done = _compiled(loop)(state if donate else kept.entered(lambda s: s, state), params)
-    n, done = int(n), bool(done)
-    if not done:
+    try:
+        if traced or any(isinstance(c.obj, jax.core.Tracer) for c in keys):
+            counts.check_traced("max_steps", max_steps, "inside a trace")
+            out, n, done, finite = _forward_only(loop(max_steps))(state, params)
+            return Until(out, n, done, every, how, note, finite)
+        out, n = state if donate else kept.entered(lambda s: s, state), 0
+        for size in counts.pieces(max_steps, every):  # one loop unless past 2**31 - 1 steps
+            out, m, done, finite = _compiled(loop(size))(out, params)
+            n, done, finite = n + int(m), bool(done), bool(finite)
+            if done or not finite:
+                break
+    except (TypeError, ValueError) as err:  # a step returning another state: say what it did
+        returns.explain(err, step, state, params)
+        raise
+    if not finite:
+        warn_non_finite(n, every)
+    elif not done:
         warn_not_converged(max_steps, every)
-    return Until(out, n, done, every, how, note)
+    return Until(out, n, done, every, how, note, finite)
 
 
 def warn_not_converged(max_steps: int, every: int, stacklevel: int = 2) -> None:
@@ -420,28 +483,13 @@ def warn_not_converged(max_steps: int, every: int, stacklevel: int = 2) -> None:
     )  # fmt: skip
 
 
-def check_decision(out, reductions: int, scalars: bool = False):
-    """``out``, what a local-view ``converged`` returned, checked (explicit and MPI paths).
-
-    It must have called ``reduce`` (``reductions`` > 0: one decision for every device or
-    rank, not a test of one block that would stop them at different steps), unless the
-    state holds ``scalars`` (already reduced by the step, the same on every device: CG's
-    ``rr``), and return one truth value.
-
-    >>> check_decision(np.float64(0.5) < 1.0, 1)
-    np.True_
-    """
-    if not reductions and not scalars:
-        raise PgasError(
-            "converged made no reduce(...) call: a test of one block alone would stop the "
-            "devices (or ranks) at different steps; reduce over all of them, e.g. "
-            "lambda e, reduce: reduce(abs(e[1:-1]), 'max') < tol"
-        )
-    dtype = getattr(out, "dtype", None)
-    dtype = np.result_type(out) if dtype is None else np.dtype(dtype)
-    if np.shape(out) != () or dtype != np.bool_:
-        raise PgasError(
-            f"converged returned {dtype}{list(np.shape(out))}; it must return a scalar "
-            f"boolean, e.g. reduce(abs(r), 'max') < tol (a comparison of a reduction)"
-        )
-    return out
+def warn_non_finite(steps: int, every: int, stacklevel: int = 2) -> None:
+    """Warn that a run stopped at step ``steps`` on a non-finite check (every backend)."""
+    warnings.warn(
+        f"run_until stopped at step {steps}: a value converged reduced (or a float scalar of "
+        f"the state) was NaN or infinite at that check, so the state went non-finite after "
+        f"the check before it (checked every {every} steps); result.finite is False. Look "
+        f"for an unstable step (a time step or relaxation factor too large), a division by "
+        f"zero, or a NaN in the initial state or params",
+        NonFiniteWarning, stacklevel=stacklevel + 1,
+    )  # fmt: skip

@@ -54,12 +54,14 @@ from pgas.errors import HaloError, PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.halo import extend, refill_mirror
 from pgas.globalview.lower import anchor_of, check_dtype
-from pgas.globalview.reduce import reproducible_kind, reproducible_psum
+from pgas.globalview.reduce import extreme, reproducible_kind, reproducible_psum
 from pgas.globalview.view import normalize_index
 from pgas.grid.decomposition import Ext, ext_pair, halo_sides
 from pgas.grid.layout import Layout
 from pgas.grid.mesh import platform_of
 from pgas.grid.schedule import check_steps
+from pgas.loop import counts
+from pgas.loop.decision import all_finite, call_converged, check_decision
 from pgas.loop.frames import hold
 from pgas.loop.plan import Choice, Plan, choose_steps_per_exchange
 from pgas.loop.report import CommReport, compiled_report, exchanges_of
@@ -67,9 +69,9 @@ from pgas.loop.until import (
     SameCode,
     Until,
     check_args,
-    check_decision,
     check_state_steps,
     choose_check_every,
+    warn_non_finite,
     warn_not_converged,
 )
 
@@ -509,7 +511,18 @@ def run(
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
     compiled = program(kernel, u.layout, _key(u.layout, halo), region_key(region), k, tree,
                        fields)  # fmt: skip
-    return GlobalArray(compiled(u.data, jnp.int32(steps), *leaves), u.layout)
+    return GlobalArray(_counted(compiled, u.data, steps, *leaves), u.layout)
+
+
+def _counted(compiled: Callable, data, steps, *leaves):
+    """``compiled(data, steps, *leaves)`` with an int32 trip count: a Python int ``steps`` past
+    ``2**31 - 1`` runs in pieces (:func:`pgas.loop.counts.pieces`, the same bits); a traced
+    one as it is."""
+    if isinstance(steps, jax.core.Tracer):
+        return compiled(data, steps, *leaves)
+    for piece in counts.pieces(steps):
+        data = compiled(data, jnp.int32(piece), *leaves)
+    return data
 
 
 # ---- run_until: iterate to convergence -----------------------------------------------------
@@ -520,12 +533,19 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
     """``reduce(values, op, reproducible=False)``: ``values`` of the block's cells reduced over
     the cells the kernel writes (region minus ``Keep`` cells, no padding) on every device: one
     all-reduce; a float sum with ``reproducible=True`` is :func:`pgas.sum`'s reproducible sum
-    (the same bits as on the automatic and MPI paths), two all-reduces."""
+    (the same bits as on the automatic and MPI paths), two all-reduces. A NaN gives NaN, as
+    in NumPy (:func:`pgas.globalview.reduce.extreme`). ``reduce.seen`` keeps every value
+    it returned (a check reads them: :func:`pgas.loop.decision.all_finite`)."""
     axes = tuple(name for name in layout.spec if name is not None)
     numbers = [b.reshape(()) for b in numbers]
     mask = layout.window_mask(window.start, window.extent, widths, block=numbers)
 
     def reduce(values, op: str = "sum", reproducible: bool = False):
+        out = reduced(values, op, reproducible)
+        reduce.seen.append(out)
+        return out
+
+    def reduced(values, op: str, reproducible: bool):
         reduce.calls += 1
         if op not in _IDENTITY:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_IDENTITY)}")
@@ -542,11 +562,11 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
                 fill = info.min if op == "max" else info.max
             blocks = jnp.where(mask, blocks, jnp.asarray(fill, values.dtype))
         local = getattr(jnp, op)(blocks)
-        if not axes:
-            return local
-        return {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}[op](local, axes)
+        if op != "sum":
+            return extreme(local, op, axes)
+        return jax.lax.psum(local, axes) if axes else local
 
-    reduce.calls = 0
+    reduce.calls, reduce.seen = 0, []
     return reduce
 
 
@@ -554,10 +574,14 @@ def _reducer(layout: Layout, window, widths, numbers) -> Callable:
 def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: tuple,
                   region_key, k: int, every: int, max_steps: int, tree=None,
                   fields: tuple = ()) -> Callable:  # fmt: skip
-    """The compiled program of :func:`run_until`: ``(block, *params) -> (block, steps, done)``.
+    """The compiled program of :func:`run_until`:
+    ``(block, *params) -> (block, steps, done, finite)``.
 
     ``tree`` is the structure of ``params`` (``None``: no params) and ``fields`` the layout
-    of each leaf that is a field (``None`` for a scalar); fields get their halo once.
+    of each leaf that is a field (``None`` for a scalar); fields get their halo once. It
+    stops at a check that holds or whose reductions are not finite
+    (:func:`pgas.loop.decision.all_finite`); the step counter is an int32 (an int64 past
+    ``2**31 - 1``, :func:`pgas.loop.counts.counter_dtype`).
     """
     region = None if region_key is None else tuple(slice(*r) for r in region_key)
     window = normalize_index(region if region is not None else (), layout.shape)
@@ -576,36 +600,69 @@ def until_program(kernel: Kernel, converged: Callable, layout: Layout, widths: t
 
         def check(b):
             e = _extended(b, layout, widths, numbers)
-            before = reduce.calls
-            out = call(converged, e.reshape(e.shape[1::2]), reduce)
-            return jnp.asarray(check_decision(out, reduce.calls - before), jnp.bool_)
+            before, seen = reduce.calls, len(reduce.seen)
+            out = call(_converged_of(converged), e.reshape(e.shape[1::2]), reduce)
+            done = jnp.asarray(check_decision(out, reduce.calls - before), jnp.bool_)
+            return done, all_finite(reduce.seen[seen:])
 
-        def cond(c):
-            return jnp.logical_and(jnp.logical_not(c[2]), c[1] + every <= max_steps)
-
-        def body(c):
-            b = advance(c[0], every)
-            return b, c[1] + every, check(b)
-
-        zero = jnp.zeros((), jnp.int32)
-        out = jax.lax.while_loop(cond, body, (block, zero, jnp.zeros((), jnp.bool_)))
-        rest = max_steps % every
-        if rest:
-            out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
-        return out
+        return _while(advance, check, block, every, max_steps)
 
     spec = PartitionSpec(*layout.spec)
     sharded = shard_map(loop, mesh=layout.mesh, in_specs=(spec, *_param_specs(fields)),
-                        out_specs=(spec, PartitionSpec(), PartitionSpec()))  # fmt: skip
+                        out_specs=(spec, *(PartitionSpec(),) * 3))  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
 
 
-def _tail(advance: Callable, check: Callable, rest: int) -> Callable:
-    def tail(c):
-        b = advance(c[0], rest)
-        return b, c[1] + rest, check(b)
+def _converged_of(converged: Callable) -> Callable:
+    """``converged`` called through :func:`pgas.loop.decision.call_converged` (Python ``if`` on
+    a reduction: a PgasError saying how to write it)."""
+    return lambda *args: call_converged(converged, *args)
 
-    return tail
+
+def _while(advance: Callable, check: Callable, start, every: int, max_steps: int) -> tuple:
+    """``(values, steps, done, finite)``: ``advance(values, every)`` then ``check(values) ->
+    (done, finite)`` until a check holds or is not finite, or ``max_steps`` would be passed;
+    the ``max_steps % every`` steps left then run, with a last check, unless it stopped."""
+    count = counts.counter_dtype(max_steps, every)
+
+    def cond(c):
+        return ~c[2] & c[3] & (c[1] <= max_steps - every)
+
+    def body(c):
+        values = advance(c[0], every)
+        return values, c[1] + every, *check(values)
+
+    begin = (start, jnp.zeros((), count), jnp.zeros((), jnp.bool_), jnp.ones((), jnp.bool_))
+    out = jax.lax.while_loop(cond, body, begin)
+    rest = max_steps % every
+    if rest:
+
+        def tail(c):
+            values = advance(c[0], rest)
+            return values, c[1] + rest, *check(values)
+
+        out = jax.lax.cond(out[2] | ~out[3], lambda c: c, tail, out)
+    return out
+
+
+def _until(compiled: Callable, values, leaves: list, max_steps: int, every: int) -> tuple:
+    """Run ``compiled`` (an until program of ``max_steps``'s pieces, :func:`until_program`
+    or :func:`state_until_program`): ``(values, steps, done, finite)``, Python values
+    outside a trace; warns where it did not converge."""
+    if any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(values), *leaves)):
+        counts.check_traced("max_steps", max_steps, "inside a trace")
+        return compiled(max_steps)(values, *leaves)  # inside jax.jit: traced, no warning
+    n = 0
+    for size in counts.pieces(max_steps, every):  # one loop unless past 2**31 - 1 steps
+        values, m, done, finite = compiled(size)(values, *leaves)
+        n, done, finite = n + int(m), bool(done), bool(finite)
+        if done or not finite:
+            break
+    if not finite:
+        warn_non_finite(n, every, stacklevel=3)
+    elif not done:
+        warn_not_converged(max_steps, every, stacklevel=3)
+    return values, n, done, finite
 
 
 def run_until(
@@ -656,7 +713,8 @@ def run_until(
         converged: ``converged(e, reduce) -> bool`` (``converged(e, p, reduce)``
             with ``params``), written with operators NumPy and ``jax.numpy``
             share, so that :func:`pgas.mpi.run_until` runs the same function.
-        max_steps: the most steps to run (>= 1).
+        max_steps: the most steps to run (>= 1, up to ``2**63 - 1``, as
+            :func:`pgas.run_until`: past ``2**31 - 1`` in several loops).
         halo: halo width per axis (an int for all).
         region: window the kernel writes (NumPy slices in global coordinates).
         check_every: steps between checks (>= 1, a multiple of an int
@@ -681,6 +739,9 @@ def run_until(
         NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held
             (inside ``jax.jit``, where ``steps_taken`` and ``converged`` are
             traced, it cannot warn).
+        NonFiniteWarning: the loop stopped at a check where a value ``reduce``
+            returned there (or a float scalar of a state dict) was NaN or
+            infinite, as :func:`pgas.run_until` stops (``.finite`` is ``False``).
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0]), pgas.make_mesh(devices=1),
@@ -706,16 +767,14 @@ def run_until(
     k = choose(u, halo, steps_per_exchange).steps_per_exchange
     every, note = choose_check_every(check_every, k, False)
     how = plan(u, halo, math.gcd(every, k))
-    compiled = until_program(kernel, SameCode(converged), u.layout, widths, region_key(region),
-                             how.steps_per_exchange, every, int(max_steps), tree,
-                             fields)  # fmt: skip
-    block, n, done = compiled(u.data, *leaves)
-    if any(isinstance(x, jax.core.Tracer) for x in (u.data, *leaves)):  # inside jax.jit
-        return Until(GlobalArray(block, u.layout), n, done, every, how, note)
-    n, done = int(n), bool(done)
-    if not done:
-        warn_not_converged(max_steps, every)
-    return Until(GlobalArray(block, u.layout), n, done, every, how, note)
+    counts.check_traced("check_every", every, "(the steps between two checks)")
+
+    def compiled(steps: int) -> Callable:
+        return until_program(kernel, SameCode(converged), u.layout, widths, region_key(region),
+                             how.steps_per_exchange, every, steps, tree, fields)  # fmt: skip
+
+    block, n, done, finite = _until(compiled, u.data, leaves, int(max_steps), every)
+    return Until(GlobalArray(block, u.layout), n, done, every, how, note, finite)
 
 
 # ---- multi-field states: dicts of fields and scalars, reductions inside the step ------------
@@ -857,10 +916,11 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
                         widths: tuple, region_key, every: int, max_steps: int, tree=None,
                         fields: tuple = ()) -> Callable:  # fmt: skip
     """The compiled program of :func:`run_until` on a state dict:
-    ``(state leaves, *params) -> (state leaves, steps, done)``, one step per exchange.
+    ``(state leaves, *params) -> (state leaves, steps, done, finite)``, one step per exchange.
 
     ``layouts`` holds each state key's layout (``None``: a 0-d scalar, replicated);
-    ``tree`` and ``fields`` describe ``params`` as in :func:`until_program`.
+    ``tree`` and ``fields`` describe ``params`` as in :func:`until_program`. A check is not
+    finite where a value it reduced or a float scalar of the state is NaN or infinite.
     """
     scalars = any(lay is None for lay in layouts)
 
@@ -872,28 +932,18 @@ def state_until_program(kernel: Callable, converged: Callable, keys: tuple, layo
             return jax.lax.fori_loop(0, n, lambda i, x: step(x), values)
 
         def check(values):
-            before = reduce.calls
-            out = step.call(converged, step.view(values), reduce)
-            return jnp.asarray(check_decision(out, reduce.calls - before, scalars), jnp.bool_)
+            before, seen = reduce.calls, len(reduce.seen)
+            view = step.view(values)
+            out = step.call(_converged_of(converged), view, reduce)
+            done = jnp.asarray(check_decision(out, reduce.calls - before, scalars), jnp.bool_)
+            return done, all_finite(reduce.seen[seen:], view)
 
-        def cond(c):
-            return jnp.logical_and(jnp.logical_not(c[2]), c[1] + every <= max_steps)
-
-        def body(c):
-            values = advance(c[0], every)
-            return values, c[1] + every, check(values)
-
-        start = (tuple(state), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.bool_))
-        out = jax.lax.while_loop(cond, body, start)
-        rest = max_steps % every
-        if rest:
-            out = jax.lax.cond(out[2], lambda c: c, _tail(advance, check, rest), out)
-        return out
+        return _while(advance, check, tuple(state), every, max_steps)
 
     specs = _param_specs(layouts)
     mesh = next(lay for lay in layouts if lay is not None).mesh
     sharded = shard_map(loop, mesh=mesh, in_specs=(specs, *_param_specs(fields)),
-                        out_specs=(specs, PartitionSpec(), PartitionSpec()))  # fmt: skip
+                        out_specs=(specs, *(PartitionSpec(),) * 3))  # fmt: skip
     return jax.jit(sharded, donate_argnums=0)
 
 
@@ -910,7 +960,7 @@ def _run_state(kernel, state: dict, steps, halo, region, steps_per_exchange, par
     tree, leaves, fields = _split_params(params, first)
     compiled = state_program(kernel, keys, layouts, _key(first, halo), region_key(region), tree,
                              fields)  # fmt: skip
-    return _state_of(keys, layouts, compiled(tuple(values), jnp.int32(steps), *leaves))
+    return _state_of(keys, layouts, _counted(compiled, tuple(values), steps, *leaves))
 
 
 def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, region, check_every,
@@ -921,14 +971,11 @@ def _run_until_state(kernel, state: dict, converged, max_steps: int, halo, regio
     tree, leaves, fields = _split_params(params, first)
     every, note = choose_check_every(check_every, 1, True)
     how = plan(GlobalArray(values[layouts.index(first)], first), halo, 1)
-    compiled = state_until_program(kernel, SameCode(converged), keys, layouts, _key(first, halo),
-                                   region_key(region), every, max_steps, tree,
+
+    def compiled(steps: int) -> Callable:
+        return state_until_program(kernel, SameCode(converged), keys, layouts,
+                                   _key(first, halo), region_key(region), every, steps, tree,
                                    fields)  # fmt: skip
-    out, n, done = compiled(tuple(values), *leaves)
-    result = _state_of(keys, layouts, out)
-    if any(isinstance(x, jax.core.Tracer) for x in (*values, *leaves)):  # inside jax.jit
-        return Until(result, n, done, every, how, note)
-    n, done = int(n), bool(done)
-    if not done:
-        warn_not_converged(max_steps, every)
-    return Until(result, n, done, every, how, note)
+
+    out, n, done, finite = _until(compiled, tuple(values), leaves, max_steps, every)
+    return Until(_state_of(keys, layouts, out), n, done, every, how, note, finite)

@@ -217,3 +217,37 @@ def test_a_failed_callback_propagates_unchanged_with_the_last_state():
     np.testing.assert_array_equal(err.pgas_state.to_numpy(), heat_numpy(u0, 10))
     np.testing.assert_array_equal(u.to_numpy(), u0)  # the caller's array too
     assert any("stopped after 10 of 20 steps" in note for note in err.__notes__)
+
+
+def test_a_count_past_int32_is_run_in_int32_pieces(monkeypatch):
+    """The loop's trip count is an int32: a run past 2**31 - 1 steps calls the compiled loop
+    (the program of each piece's parity) with int32 counts that add up to it exactly; with
+    the limit lowered to 6 steps, a double-buffered run of 25 steps is 6 + 6 + 6 + 6 + 1
+    steps, the bits of one run (NumPy's)."""
+    import jax.numpy as jnp
+
+    from pgas.loop import counts
+    from pgas.loop.timeloop import _Counted
+
+    calls = []
+
+    def loop(parity):
+        def run(state, count):
+            assert count.dtype == jnp.int32 and int(count) % 2 == parity
+            calls.append(int(count))
+            return state + int(count)
+
+        return run
+
+    assert _Counted(loop(0), loop(1))(0, 10**12) == 10**12  # the steps given, one int32 each
+    assert len(calls) == 466 and max(calls) == 2**31 - 2
+
+    x0 = np.random.default_rng(15).random(64)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+    real, seen = counts.pieces, []
+    monkeypatch.setattr(counts, "INT32_STEPS", 6)
+    monkeypatch.setattr(counts, "pieces", lambda *a: iter(seen.append(list(real(*a))) or seen[-1]))
+    out = pgas.run(heat, u, 25, steps_per_exchange=3)
+    assert seen == [[6, 6, 6, 6, 1]]
+    np.testing.assert_array_equal(out.to_numpy(), heat_numpy(x0, 25))

@@ -34,7 +34,7 @@ def test_jacobi_until_converged_matches_numpy_bitwise(devices, shape):
     out = pgas.run_until(jacobi, field(np.zeros_like(f), mesh), small_residual, 2000,
                          check_every=8, params=field(f, mesh))  # fmt: skip
     want, steps = jacobi_numpy(f, 8, 2000)
-    assert out.converged and out.steps_taken == steps and steps % 8 == 0
+    assert out.converged and out.finite and out.steps_taken == steps and steps % 8 == 0
     np.testing.assert_array_equal(out.state.to_numpy(), want)
     again = pgas.run(jacobi, field(np.zeros_like(f), mesh), steps, params=field(f, mesh))
     np.testing.assert_array_equal(again.to_numpy(), want)  # bitwise pgas.run for steps_taken
@@ -205,3 +205,119 @@ def test_the_callers_state_stays_usable_unless_donated():
     given = pgas.run_until(jacobi, u, small_residual, 2000, check_every=8, params=b, donate=True)
     assert u.data.is_deleted() and given.steps_taken == kept.steps_taken
     np.testing.assert_array_equal(given.state.to_numpy(), kept.state.to_numpy())
+
+
+def test_a_state_gone_non_finite_stops_at_that_check_and_says_so():
+    """A NaN in the state, a step overflowing to inf, a scalar of the state gone inf: the loop
+    stops at the first check that sees it (not at max_steps, nor "converged" on a max that
+    dropped the NaN), .finite is False, a NonFiniteWarning names the step; the state is
+    pgas.run's after those steps."""
+    mesh = pgas.make_mesh(devices=4)
+    a = np.random.default_rng(6).random(40)
+    a[0] = a[-1] = 0.0
+    a[17] = np.nan
+    u = pgas.from_numpy(a, mesh, boundary=pgas.Keep())
+    with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 8"):
+        out = pgas.run_until(jacobi1d, u, lambda u: pgas.max(abs(u[1:-1])) < 1e-3, 5000,
+                             check_every=8)  # fmt: skip
+    assert (out.steps_taken, out.converged, out.finite) == (8, False, False)
+    np.testing.assert_array_equal(out.state.to_numpy(), pgas.run(jacobi1d, u, 8).to_numpy())
+
+    def blow_up(u):  # 1e300 after 3 steps, inf after 4
+        u[1:-1] = 1e100 * u[1:-1]
+        return u
+
+    v = pgas.from_numpy(np.ones(12), mesh, boundary=pgas.Keep())
+    with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 4"):
+        out = pgas.run_until(blow_up, v, lambda u: pgas.max(abs(u)) < 1e-3, 1000, check_every=2)
+    assert (out.steps_taken, out.converged, out.finite) == (4, False, False)
+
+    def grow(s):  # a scalar the test reads without reducing (CG's r.r): inf after 2 steps
+        return {"u": s["u"], "rr": s["rr"] * 1e200}
+
+    state = {"u": v, "rr": jnp.float64(1.0)}
+    with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 2"):
+        out = pgas.run_until(grow, state, lambda s: s["rr"] < 1e-8, 1000, check_every=1)
+    assert (out.steps_taken, out.finite) == (2, False) and np.isinf(float(out.state["rr"]))
+
+
+def jacobi1d_numpy(a: np.ndarray, every: int, max_steps: int, tol: float):
+    """1-D Jacobi (walls kept) until max |u| < tol, checked every ``every`` steps."""
+    u, n = a.copy(), 0
+    while n < max_steps:
+        for _ in range(min(every, max_steps - n)):
+            u[1:-1] = 0.5 * (u[:-2] + u[2:])
+            n += 1
+        if abs(u[1:-1]).max() < tol:
+            break
+    return u, n
+
+
+def test_max_steps_past_int32_runs_exactly(monkeypatch):
+    """max_steps = 2**31, 2**32 + 64 or 10**12 ("until converged") converge at the steps of
+    max_steps = 2000 (a run of more than 2**31 - 1 steps is several int32-counted loops, one
+    after the other), inside jax.jit too (an int64 counter); with the limit lowered to 40
+    steps, a run of 100 steps is exactly 100 steps, and one converging in a later piece
+    takes the steps of one loop. Without 64-bit integers a count past 2**31 - 1 runs outside
+    a trace and is refused inside one."""
+    from pgas.loop import counts
+
+    a = np.random.default_rng(7).random(16)
+    a[0] = a[-1] = 0.0
+    mesh = pgas.make_mesh(devices=2)
+    done = lambda u: pgas.max(abs(u[1:-1])) < 1e-2  # noqa: E731
+
+    def solve(max_steps):
+        u = pgas.from_numpy(a, mesh, boundary=pgas.Keep())
+        return pgas.run_until(jacobi1d, u, done, max_steps, check_every=8)
+
+    want, steps = jacobi1d_numpy(a, 8, 2000, 1e-2)
+    assert 40 < steps < 2000
+    for max_steps in (2000, 2**31, 2**32 + 64, 10**12):
+        out = solve(max_steps)
+        assert (out.steps_taken, out.converged, out.finite) == (steps, True, True), max_steps
+        np.testing.assert_array_equal(out.state.to_numpy(), want)
+    out = jax.jit(lambda u: pgas.run_until(jacobi1d, u, done, 10**12, check_every=8))(
+        pgas.from_numpy(a, mesh, boundary=pgas.Keep())
+    )
+    assert (int(out.steps_taken), bool(out.converged)) == (steps, True)
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+
+    monkeypatch.setattr(counts, "INT32_STEPS", 40)
+    with pytest.warns(pgas.NonConvergenceWarning, match="max_steps = 100"):
+        out = solve(100)  # 40 + 40 + 20 steps, checked every 8 as one loop checks
+    assert (out.steps_taken, out.converged) == (100, False)
+    np.testing.assert_array_equal(out.state.to_numpy(), jacobi1d_numpy(a, 8, 100, 1e-2)[0])
+    out = solve(2000)
+    assert (out.steps_taken, out.converged) == (steps, True)
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+    monkeypatch.undo()
+
+    with jax.enable_x64(False):
+        u = pgas.from_numpy(np.array([0.0, 8.0, 0.0, 0.0], np.float32), pgas.make_mesh(devices=1),
+                            boundary=pgas.Keep())  # fmt: skip
+        out = pgas.run_until(jacobi1d, u, lambda u: pgas.max(abs(u)) < 1.0, 10**12, check_every=2)
+        assert (out.steps_taken, out.converged) == (4, True)
+        with pytest.raises(pgas.PgasError, match=r"max_steps = 2147483648 inside a trace.*"
+                                                 r"jax_enable_x64"):  # fmt: skip
+            jax.jit(lambda u: pgas.run_until(jacobi1d, u, done, 2**31).state)(u)
+
+
+def test_forward_mode_runs_the_tangent_through_the_same_loop():
+    """jax.jvp through run_until: the primal is run_until's, the tangent the same steps of the
+    (linear) step on the tangent (reverse mode: test_reverse_mode_says_it_is_not_supported)."""
+    rng = np.random.default_rng(8)
+    mesh = pgas.make_mesh(devices=3)
+    a, da = rng.random(13), rng.random(13)
+    a[0] = a[-1] = 0.0
+    u = pgas.from_numpy(a, mesh, boundary=pgas.Keep())
+    du = pgas.from_numpy(da, mesh, boundary=pgas.Keep())
+
+    def solve(u):
+        return pgas.run_until(jacobi1d, u, lambda u: pgas.max(abs(u)) < 0.1, 500, check_every=4)
+
+    n = solve(u).steps_taken
+    out, tangent = jax.jvp(lambda u: solve(u).state, (u,), (du,))
+    np.testing.assert_array_equal(out.to_numpy(), pgas.run(jacobi1d, u, n).to_numpy())
+    np.testing.assert_allclose(tangent.to_numpy(), pgas.run(jacobi1d, du, n).to_numpy(),
+                               rtol=1e-13, atol=1e-15)  # fmt: skip

@@ -1,6 +1,7 @@
 """Rank-side driver for tests/references/test_until_backends.py: Jacobi by
 ``pgas.mpi.run_until``, CG on a state dict by ``pgas.mpi.run_until`` and ``pgas.mpi.run``,
-and ``pgas.mpi.run`` with params (a field, a scalar).
+``pgas.mpi.run`` with params (a field, a scalar), reductions of NaN and infinities, a
+state gone non-finite, and ``max_steps = 10**12``.
 
 Usage: ``mpiexec -n P python until_cases.py OUT_DIR``. Every case runs in this one
 launch; rank 0 writes ``OUT_DIR/fields.npz`` (one gathered field per case) and
@@ -11,6 +12,7 @@ that the test imports them for its in-process backends.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -47,6 +49,7 @@ def converged(e, f, reduce):
 ROD = np.random.default_rng(5).random(29)
 REGION = (slice(2, -2),)
 RODS = {"rod_keep": "keep", "rod_dirichlet": "dirichlet"}
+ROD_MAX_STEPS = {"rod_keep": 10**12, "rod_dirichlet": 5000}  # 10**12: "until converged"
 
 
 def rod_kernel(e):
@@ -113,6 +116,67 @@ def upwind_kernel(e, v):
     return e[2:] - v[2:] * (e[1:-1] - e[:-2]) * 0.5 - 0.1 * v[:-2] * (e[2:] - e[1:-1])
 
 
+# NaN and infinities next to every block edge: reduce gives NumPy's max, min and sum (params)
+NONFINITE = {"nonfinite_1d": ((10,), [3]), "nonfinite_2d": ((7, 5), [3, 1])}
+
+
+def _edges(n: int, parts: int) -> list[int]:
+    """The first and last cell of every block of ``ceil(n / parts)`` cells, and a middle one
+    (MPI's blocks may be cut otherwise: then these are cells near its edges)."""
+    size = -(-n // parts)
+    return sorted({n // 2} | {c for lo in range(0, n, size) for c in (lo, min(lo + size, n) - 1)})
+
+
+def nonfinite_cases(shape: tuple, dims) -> list:
+    """Arrays with a NaN, an inf or a -inf at a cell next to a block edge (each of them), and
+    an inf and a NaN (a -inf and an inf) in the first and last blocks."""
+    base = np.random.default_rng(len(shape)).random(shape) - 0.5
+    cells = list(itertools.product(*(_edges(n, d) for n, d in zip(shape, dims))))
+    cases = [{c: v} for c in cells for v in (np.nan, np.inf, -np.inf)]
+    cases += [{cells[0]: np.inf, cells[-1]: np.nan}, {cells[0]: -np.inf, cells[-1]: np.inf}]
+    out = []
+    for case in cases:
+        a = base.copy()
+        for cell, value in case.items():
+            a[cell] = value
+        out.append(a)
+    return out
+
+
+def numpy_reductions(a) -> list:
+    with np.errstate(invalid="ignore"):
+        return [a.max(), a.min(), a.sum()]
+
+
+def nonfinite_kernel(e, p):
+    return e[tuple(slice(1, -1) for _ in range(e.ndim))]
+
+
+def _same(x, want):
+    return (x == want) | ((x != x) & (want != want))  # NaN is NaN
+
+
+def nonfinite_test(e, p, reduce):
+    """reduce's max, min and sum of the block's cells are ``p``'s (NumPy's), NaN for NaN."""
+    x = e[tuple(slice(1, -1) for _ in range(e.ndim))]
+    return _same(reduce(x, "max"), p[0]) & _same(reduce(x, "min"), p[1]) & \
+        _same(reduce(x, "sum"), p[2])  # fmt: skip
+
+
+# the rod with a NaN: a check's max is NaN, so the loop stops there (finite False)
+ROD_NAN = ROD.copy()
+ROD_NAN[12] = np.nan
+
+
+def grow_kernel(s, reduce):
+    """A state dict whose scalar (read without reducing, as CG's rr) is inf after 2 steps."""
+    return {"u": s["u"][1:-1], "rr": s["rr"] * 1e200}
+
+
+def grow_converged(s, reduce):
+    return s["rr"] < 1e-8
+
+
 def main() -> None:
     import pgas
     from pgas.references import mpi
@@ -136,7 +200,8 @@ def main() -> None:
                                      if w.category is pgas.NonConvergenceWarning]}  # fmt: skip
         for name, bc in RODS.items():
             r = mpi.run_until(rod_kernel, lambda i: ROD[i], ROD.shape, "float64", rod_converged,
-                              5000, 1, rod_boundary(bc), REGION, check_every=4)  # fmt: skip
+                              ROD_MAX_STEPS[name], 1, rod_boundary(bc), REGION,
+                              check_every=4)  # fmt: skip
             if r.field is not None:
                 fields[name] = r.field
             meta[name] = {"steps": r.steps, "converged": r.converged, "allreduces": r.allreduces}
@@ -172,6 +237,40 @@ def main() -> None:
                     steps_per_exchange=3, params=lambda i: UPWIND_V[i])  # fmt: skip
         if r.field is not None:
             fields["run_upwind"] = r.field
+        for name, (shape, dims) in NONFINITE.items():
+            held = []
+            for a in nonfinite_cases(shape, dims):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    r = mpi.run_until(nonfinite_kernel, lambda *i, a=a: a[i], shape, "float64",
+                                      nonfinite_test, 1, 1, pgas.Periodic(), dims=dims,
+                                      params=np.array(numpy_reductions(a)))  # fmt: skip
+                warned = [w.category.__name__ for w in caught  # not NumPy's inf - inf
+                          if issubclass(w.category, pgas.NonConvergenceWarning)]  # fmt: skip
+                held.append([r.converged, r.finite, warned == ["NonFiniteWarning"]])
+            meta[name] = held
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = mpi.run_until(
+                rod_kernel,
+                lambda i: ROD_NAN[i],
+                ROD.shape,
+                "float64",
+                rod_converged,
+                5000,
+                1,
+                pgas.Keep(),
+                REGION,
+                check_every=4,
+            )
+            g = mpi.run_until(grow_kernel, {"u": lambda i: ROD[i], "rr": 1.0}, ROD.shape,
+                              "float64", grow_converged, 100, 1, pgas.Periodic())  # fmt: skip
+        if r.field is not None:
+            fields["rod_nan"] = r.field
+        meta["rod_nan"] = {"steps": r.steps, "converged": r.converged, "finite": r.finite,
+                           "grow": [g.steps, g.converged, g.finite],
+                           "warned": [str(w.message) for w in caught
+                                      if w.category is pgas.NonFiniteWarning]}  # fmt: skip
         every_rank = mpi.MPI.COMM_WORLD.gather(meta)
         if mpi.MPI.COMM_WORLD.rank == 0:
             np.savez(os.path.join(out, "fields.npz"), **fields)

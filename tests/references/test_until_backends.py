@@ -506,3 +506,101 @@ def test_mpi_run_names_a_bad_param():
     with pytest.raises(PgasError, match=r"params\['c'\] is a str; params of pgas.mpi.run hold"):
         mpi.run(lambda e, p: e[1:-1], lambda i: 0.0 * i, (7,), "float64", 2, 1, pgas.Keep(),
                 params={"c": "0.5"})  # fmt: skip
+
+
+# ---- NaN and infinities: reduce as NumPy, stop where the state goes non-finite ---------------
+@pytest.mark.parametrize(
+    "devices, shape, dims",
+    [(4, (10,), (4,)), (6, (7, 5), (3, 2))],  # uneven: padding beside the last cells
+)
+def test_explicit_reduce_of_nan_and_inf_in_every_block_position_is_numpys(devices, shape, dims):
+    """reduce(x, "max"/"min"/"sum") inside explicit.run_until: NumPy's answer (NaN for a NaN
+    anywhere, the block that held it not dropped), one program per mesh (the answer is a
+    param); the check is then not finite, and the loop says so."""
+    names = ("x",) if len(shape) == 1 else ("y", "x")
+    mesh = pgas.make_mesh(names, shape=dims, devices=devices)
+    for a in uc.nonfinite_cases(shape, dims):
+        u = pgas.from_numpy(a, mesh, boundary=pgas.Periodic())
+        with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 1"):
+            out = explicit.run_until(uc.nonfinite_kernel, u, uc.nonfinite_test, 1,
+                                     params=jax.numpy.asarray(uc.numpy_reductions(a)))  # fmt: skip
+        assert out.converged and not out.finite, a
+
+
+def test_explicit_stops_where_the_state_goes_non_finite():
+    """A NaN in the rod: explicit.run_until stops at the first check (not "converged"), as
+    pgas.run_until does, inside jax.jit too; a state dict's scalar gone inf stops it too."""
+    rod = uc.ROD.copy()
+    rod[12] = np.nan
+    mesh = pgas.make_mesh(("x",), devices=3)
+
+    def solve(u):
+        return explicit.run_until(uc.rod_kernel, u, uc.rod_converged, 5000, region=uc.REGION,
+                                  check_every=4)  # fmt: skip
+
+    with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 4"):
+        out = solve(pgas.from_numpy(rod, mesh, boundary=pgas.Keep()))
+    assert (out.steps_taken, out.converged, out.finite) == (4, False, False)
+    want = rod.copy()
+    for _ in range(4):
+        want[2:-2] = 0.5 * (want[1:-3] + want[3:-1])
+    np.testing.assert_array_equal(out.state.to_numpy(), want)
+    traced = jax.jit(solve)(pgas.from_numpy(rod, mesh, boundary=pgas.Keep()))
+    assert (int(traced.steps_taken), bool(traced.finite)) == (4, False)
+    state = {"u": pgas.from_numpy(uc.ROD, mesh), "rr": 1.0}
+    with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 2"):
+        out = explicit.run_until(uc.grow_kernel, state, uc.grow_converged, 100)
+    assert (out.steps_taken, out.finite) == (2, False)
+
+
+def test_explicit_counts_past_int32_exactly(monkeypatch):
+    """max_steps = 10**12 converges at the steps of 5000; with the int32 limit lowered to 40
+    steps, run_until (one field, a state dict) and run take the steps of one loop."""
+    from pgas.loop import counts
+
+    mesh = pgas.make_mesh(("x",), devices=3)
+    want, steps = rod_numpy(uc.ROD, 4)
+
+    def solve(max_steps):
+        u = pgas.from_numpy(uc.ROD, mesh, boundary=pgas.Keep())
+        return explicit.run_until(uc.rod_kernel, u, uc.rod_converged, max_steps,
+                                  region=uc.REGION, check_every=4)  # fmt: skip
+
+    for max_steps in (10**12, 5000):
+        out = solve(max_steps)
+        assert (out.steps_taken, out.converged, out.finite) == (steps, True, True)
+        np.testing.assert_array_equal(out.state.to_numpy(), want)
+        monkeypatch.setattr(counts, "INT32_STEPS", 40)  # then 5000 steps in pieces of 40
+    assert steps > 40
+    ran = explicit.run(uc.rod_kernel, pgas.from_numpy(uc.ROD, mesh, boundary=pgas.Keep()), 101,
+                       region=uc.REGION)  # fmt: skip
+    monkeypatch.undo()
+    once = explicit.run(uc.rod_kernel, pgas.from_numpy(uc.ROD, mesh, boundary=pgas.Keep()), 101,
+                        region=uc.REGION)  # fmt: skip
+    np.testing.assert_array_equal(ran.to_numpy(), once.to_numpy())
+
+
+@pytest.mark.parametrize("name", list(uc.NONFINITE))
+def test_mpi_reduce_of_nan_and_inf_in_every_block_position_is_numpys(name):
+    """The same cases on 3 ranks: MPI's max and min keep or drop a NaN by the ranks' order,
+    so reduce sends a NaN flag beside the value; every check held and was not finite."""
+    _, ranks = launch(3)
+    shape, dims = uc.NONFINITE[name]
+    held = ranks[0][name]
+    assert len(held) == len(uc.nonfinite_cases(shape, dims))
+    assert all(r[name] == held for r in ranks)
+    assert all(case == [True, False, True] for case in held), held
+
+
+def test_mpi_stops_where_the_state_goes_non_finite():
+    """As explicit.run_until: a NaN in the rod stops at the first check, a state dict's scalar
+    gone inf at step 2 (the rod_keep case runs with max_steps = 10**12)."""
+    fields, ranks = launch(3)
+    meta = ranks[0]["rod_nan"]
+    assert (meta["steps"], meta["converged"], meta["finite"]) == (4, False, False)
+    assert meta["grow"] == [2, False, False]
+    assert len(meta["warned"]) == 2 and all("stopped at step" in w for w in meta["warned"])
+    want = uc.ROD_NAN.copy()
+    for _ in range(4):
+        want[2:-2] = 0.5 * (want[1:-3] + want[3:-1])
+    np.testing.assert_array_equal(fields["rod_nan"], want)

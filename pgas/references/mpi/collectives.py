@@ -11,7 +11,7 @@ from pgas.errors import PgasError, ShapeMismatchError
 from pgas.references.mpi.grid import CartGrid
 from pgas.references.mpi.world import MPI
 
-__all__ = ["allreduce", "gather"]
+__all__ = ["allreduce", "extreme", "gather"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
 
@@ -25,7 +25,8 @@ def allreduce(value: Any, op: str = "sum", grid: CartGrid | None = None) -> Any:
         grid: whose communicator to use (default ``MPI.COMM_WORLD``).
 
     Returns:
-        A NumPy scalar of ``value``'s type.
+        A NumPy scalar of ``value``'s type; a NaN on any rank gives NaN, as NumPy's
+        ``max``, ``min`` and ``sum`` (:func:`extreme`).
 
     >>> allreduce(2.0, "max")   # one rank
     np.float64(2.0)
@@ -33,7 +34,32 @@ def allreduce(value: Any, op: str = "sum", grid: CartGrid | None = None) -> Any:
     if op not in _OPS:
         raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_OPS)}")
     comm = MPI.COMM_WORLD if grid is None else grid.comm
+    if op != "sum":
+        return extreme(value, op, comm)
     return comm.allreduce(np.asarray(value)[()], op=_OPS[op])
+
+
+def extreme(value: Any, op: str, comm) -> Any:
+    """``value``, this rank's max (``op="max"``) or min, reduced over ``comm`` as NumPy
+    reduces: a NaN on any rank gives NaN. MPI's max and min (and Python's, which
+    ``comm.allreduce`` of objects uses) keep or drop a NaN by the order of the ranks, so a
+    float travels with a NaN flag: one ``Allreduce`` of two values.
+
+    >>> extreme(np.float64("nan"), "min", MPI.COMM_WORLD)   # one rank
+    np.float64(nan)
+    """
+    value = np.asarray(value)[()]
+    dtype = np.asarray(value).dtype
+    if not np.issubdtype(dtype, np.floating):
+        return comm.allreduce(value, op=_OPS[op])
+    sign = 1 if op == "max" else -1  # the flag: 1 (MAX) or -1 (MIN) where a NaN was
+    nan = bool(np.isnan(value))
+    # float16 travels as float32 (exact), a type MPI has
+    send = np.array([-sign * np.inf if nan else value, sign * nan],
+                    np.promote_types(dtype, np.float32))  # fmt: skip
+    both = np.empty_like(send)
+    comm.Allreduce(send, both, op=_OPS[op])
+    return dtype.type(np.nan if both[1] != 0 else both[0])
 
 
 def gather(block: np.ndarray, grid: CartGrid, root: int = 0) -> np.ndarray | None:

@@ -90,6 +90,9 @@ class RunResult:
         allreduces: ``Allreduce`` calls of this rank (one per reduction, two per
             reproducible sum): the checks of :func:`pgas.mpi.run_until` and the
             reductions of a state dict's kernel.
+        finite: from :func:`pgas.mpi.run_until`: ``False`` where it stopped at a
+            check whose reductions (or a float scalar of a state dict) were NaN or
+            infinite, as :func:`pgas.run_until` stops (``None`` from :func:`run`).
     """
 
     field: np.ndarray | None
@@ -109,6 +112,7 @@ class RunResult:
     converged: bool | None = None
     check_every: int | None = None
     allreduces: int = 0
+    finite: bool | None = None
 
 
 def _update_bounds(grid: CartGrid, halo, faces, region) -> list[tuple[int, int]]:

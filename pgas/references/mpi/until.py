@@ -39,13 +39,15 @@ from pgas.errors import PgasError
 from pgas.globalview import reprosum
 from pgas.globalview.reduce import reproducible_kind
 from pgas.grid import schedule
+from pgas.loop.decision import check_decision
 from pgas.loop.until import (
     check_args,
-    check_decision,
     check_state_steps,
     choose_check_every,
+    warn_non_finite,
     warn_not_converged,
 )
+from pgas.references.mpi.collectives import extreme
 from pgas.references.mpi.collectives import gather as gather_to_root
 from pgas.references.mpi.exchange import MessageCounter, exchange, sides_of
 from pgas.references.mpi.loop import RunResult, _Block, _initialize, _setup, _update_bounds, plan
@@ -60,8 +62,10 @@ _OPS = {"sum": (np.sum, MPI.SUM, 0), "max": (np.max, MPI.MAX, -np.inf),
 
 class _Reducer:
     """``reduce(values, op, reproducible=False)`` over the cells the kernel writes, on all
-    ranks; counts its calls. A float sum with ``reproducible=True`` is
-    :mod:`pgas.globalview.reprosum` on NumPy: a max ``Allreduce``, then one of the lanes."""
+    ranks; counts its calls and keeps what it returned (``seen``: a check reads them,
+    :func:`_finite`). A float sum with ``reproducible=True`` is
+    :mod:`pgas.globalview.reprosum` on NumPy: a max ``Allreduce``, then one of the lanes. A
+    NaN gives NaN, as in NumPy (:func:`pgas.mpi.collectives.extreme`)."""
 
     def __init__(self, block: _Block) -> None:
         core = [m[lo : lo + n] for m, (lo, _), n in zip(block.masks, block.rim,
@@ -70,10 +74,15 @@ class _Reducer:
         for m in core[1:]:
             mask = mask[..., None] & m
         self.mask = None if mask.all() else mask
-        self.comm, self.calls = block.grid.comm, 0
+        self.comm, self.calls, self.seen = block.grid.comm, 0, []
         self.size = math.prod(block.grid.global_shape)
 
     def __call__(self, values, op: str = "sum", reproducible: bool = False):
+        out = self._reduced(values, op, reproducible)
+        self.seen.append(out)
+        return out
+
+    def _reduced(self, values, op: str, reproducible: bool):
         if op not in _OPS:
             raise PgasError(f"op = {op!r} is not a reduction; use one of {tuple(_OPS)}")
         local, mpi_op, fill = _OPS[op]
@@ -95,7 +104,16 @@ class _Reducer:
                 fill = info.min if op == "max" else info.max
             values = np.where(self.mask, values, np.asarray(fill).astype(values.dtype))
         self.calls += 1
+        if op != "sum":
+            return extreme(local(values), op, self.comm)
         return self.comm.allreduce(local(values), op=mpi_op)
+
+
+def _finite(values, scalars=()) -> bool:
+    """Whether every float among ``values`` (what a check reduced) and ``scalars`` (a state
+    dict's) is finite, as :func:`pgas.loop.decision.all_finite` decides on the other backends."""
+    return all(bool(np.isfinite(x)) for x in [*values, *scalars]
+               if np.ndim(x) == 0 and np.issubdtype(np.asarray(x).dtype, np.inexact))  # fmt: skip
 
 
 def run_until(
@@ -157,10 +175,13 @@ def run_until(
 
     Returns:
         A :class:`~pgas.mpi.RunResult` whose ``steps`` are the steps taken, with
-        ``converged``, ``check_every`` and ``allreduces`` (this rank's).
+        ``converged``, ``finite``, ``check_every`` and ``allreduces`` (this rank's).
 
     Warns:
         NonConvergenceWarning: ``max_steps`` was reached before ``converged`` held.
+        NonFiniteWarning: it stopped at a check where a value ``reduce`` returned
+            there (or a float scalar of a state dict) was NaN or infinite, as
+            :func:`pgas.run_until` stops (``RunResult.finite`` is ``False``).
 
     >>> from pgas.grid.boundary import Keep
     >>> r = run_until(lambda e: 0.5 * (e[:-2] + e[2:]), lambda i: 8.0 * (i == 1), (4,),
@@ -195,13 +216,14 @@ def run_until(
 
         width = sides_of(halo)  # (below, above) per axis
 
-        def check() -> bool:
+        def check() -> tuple[bool, bool]:
             e, _ = block.view(width)
             exchange(e, grid, width, faces, counter)
-            before = reduce.calls
-            return bool(check_decision(test(e, reduce), reduce.calls - before))
+            before, seen = reduce.calls, len(reduce.seen)
+            done = bool(check_decision(test(e, reduce), reduce.calls - before))
+            return done, _finite(reduce.seen[seen:])
 
-        n, done, seconds = _iterate(advance, check, every, max_steps, grid.comm)
+        n, done, finite, seconds = _iterate(advance, check, every, max_steps, grid.comm)
         if callback is not None:
             callback(n, block.core)
         counts = grid.comm.allgather((counter.messages, counter.bytes))
@@ -215,7 +237,7 @@ def run_until(
                 rank_bytes_per_step=tuple(b / n for _, b in counts),
                 grid=grid.describe(), dims=grid.dims, steps_per_exchange=k, note=how.note,
             ),
-            converged=done, check_every=every, allreduces=reduce.calls,
+            converged=done, check_every=every, allreduces=reduce.calls, finite=finite,
         )  # fmt: skip
 
 
@@ -301,12 +323,14 @@ class _State:
         for _ in range(steps):
             self.step()
 
-    def check(self, converged: Callable) -> bool:
-        """``converged(e, reduce)`` on the view (a step's halos reused), on every rank."""
+    def check(self, converged: Callable) -> tuple[bool, bool]:
+        """``converged(e, reduce)`` on the view (a step's halos reused), on every rank:
+        whether it held, and whether what it reduced and the scalars are finite."""
         e, _ = self.seen()
-        before = self.reduce.calls
+        before, seen = self.reduce.calls, len(self.reduce.seen)
         out = converged(e, *self.more, self.reduce)
-        return bool(check_decision(out, self.reduce.calls - before, bool(self.scalars)))
+        done = bool(check_decision(out, self.reduce.calls - before, bool(self.scalars)))
+        return done, _finite(self.reduce.seen[seen:], self.scalars.values())
 
     def result(self, steps: int, seconds: float, note: str, callback, gather: bool) -> RunResult:
         """The :class:`RunResult` after ``steps`` steps: ``field`` a dict of each gathered
@@ -370,10 +394,10 @@ def _run_until_state(kernel, init: dict, global_shape, dtype, converged, max_ste
     state, note = _begin_state(kernel, init, global_shape, dtype, halo, boundary, region, grid,
                                dims, steps_per_exchange, params, "pgas.mpi.run_until")  # fmt: skip
     every, _ = choose_check_every(check_every, 1, True)
-    n, done, seconds = _iterate(state.advance, lambda: state.check(converged), every, max_steps,
-                                state.grid.comm)  # fmt: skip
+    n, done, finite, seconds = _iterate(state.advance, lambda: state.check(converged), every,
+                                        max_steps, state.grid.comm)  # fmt: skip
     result = state.result(n, seconds, note, callback, gather)
-    return dataclasses.replace(result, converged=done, check_every=every)
+    return dataclasses.replace(result, converged=done, check_every=every, finite=finite)
 
 
 def _timed(work: Callable[[], Any], comm) -> tuple[Any, float]:
@@ -385,23 +409,26 @@ def _timed(work: Callable[[], Any], comm) -> tuple[Any, float]:
     return out, max(comm.allgather(MPI.Wtime() - start))
 
 
-def _iterate(advance: Callable[[int], None], check: Callable[[], bool], every: int,
-             max_steps: int, comm) -> tuple[int, bool, float]:  # fmt: skip
-    """``every`` steps then a check until it holds or ``max_steps`` is reached (the rest of
-    ``max_steps`` then runs, with a last check); ``(steps, converged, seconds)``, the
-    seconds the slowest rank took, and a warning where it did not converge."""
+def _iterate(advance: Callable[[int], None], check: Callable[[], tuple[bool, bool]],
+             every: int, max_steps: int, comm) -> tuple[int, bool, bool, float]:  # fmt: skip
+    """``every`` steps then a check until it holds, is not finite or ``max_steps`` is reached
+    (the rest of ``max_steps`` then runs, with a last check); ``(steps, converged, finite,
+    seconds)``, the seconds the slowest rank took, and a warning where it did not converge.
+    The counts are Python ints: any ``max_steps`` runs exactly."""
 
-    def loop() -> tuple[int, bool]:
-        n, done = 0, False
-        while not done and n + every <= max_steps:
+    def loop() -> tuple[int, bool, bool]:
+        n, done, finite = 0, False, True
+        while not done and finite and n + every <= max_steps:
             advance(every)
-            n, done = n + every, check()
-        if not done and max_steps % every:
+            n, (done, finite) = n + every, check()
+        if not done and finite and max_steps % every:
             advance(max_steps % every)
-            n, done = n + max_steps % every, check()
-        return n, done
+            n, (done, finite) = n + max_steps % every, check()
+        return n, done, finite
 
-    (n, done), seconds = _timed(loop, comm)
-    if not done:
+    (n, done, finite), seconds = _timed(loop, comm)
+    if not finite:
+        warn_non_finite(n, every)
+    elif not done:
         warn_not_converged(max_steps, every)
-    return n, done, seconds
+    return n, done, finite, seconds
