@@ -305,7 +305,8 @@ def write_fields(path: str, runs: list[dict], tol: float, overwrite: bool = Fals
     """
     import xarray as xr
 
-    from pgas.io.dataset import netcdf_safe_attrs, write_dataset
+    from pgas.io.attributes import netcdf_safe_attrs
+    from pgas.io.dataset import write_dataset
 
     n, keys = runs[0]["n"], ("iterations", "converged", "check_every", "relative_residual",
                              "error_max")  # fmt: skip

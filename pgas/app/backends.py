@@ -16,7 +16,7 @@ new class here and one entry in :data:`BACKENDS`.
   in processes started by ``mpiexec`` (:mod:`pgas.references.mpi`).
 
 >>> from pgas.app.problem import demo
->>> from pgas.app.runner import build, mesh_for
+>>> from pgas.app.state import build, mesh_for
 >>> p = demo()
 >>> auto = get("auto")
 >>> plan = auto.plan(p, build(p, mesh_for(p, 2)), "auto")

@@ -70,7 +70,7 @@ def _report(args: argparse.Namespace, kwargs: dict) -> None:
     import numpy as np
 
     from pgas.app.problem import load_problem
-    from pgas.app.runner import build, build_params, mesh_for
+    from pgas.app.state import build, build_params, mesh_for
     from pgas.loop.report import comm_report
 
     problem = load_problem(args.source, **kwargs)

@@ -23,10 +23,12 @@ import time
 import numpy as np
 
 from pgas.app.backends import Backend
+from pgas.app.final import final_checksum
 from pgas.app.options import RunOptions
 from pgas.app.platform import Session
 from pgas.app.problem import Problem
 from pgas.app.results import Result
+from pgas.app.state import build, build_params, mesh_for
 from pgas.errors import PgasError
 from pgas.loop.until import CHECK_COST_STEPS
 
@@ -78,7 +80,6 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
              gather: bool) -> Result:  # fmt: skip
     import jax
 
-    from pgas.app.runner import build, build_params, final_checksum, mesh_for
     from pgas.io.blocks import host_blocks
     from pgas.runtime.memory import trim_freed_memory
 
@@ -119,7 +120,6 @@ def _run_jax(problem: Problem, opts: RunOptions, backend: Backend, session: Sess
 
 
 def _run_mpi(problem: Problem, opts: RunOptions, backend: Backend, gather: bool) -> Result:
-    from pgas.app.runner import final_checksum
     from pgas.references import mpi
 
     world = mpi.MPI.COMM_WORLD

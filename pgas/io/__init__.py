@@ -10,12 +10,12 @@ atomic and process-local; results become xarray Datasets
 are drawn from a store with bounded memory. No process gathers a field here.
 """
 
+from pgas.io.attributes import netcdf_safe_attrs
 from pgas.io.dataset import (
     DatasetInputError,
     OutputPathError,
     ResultsError,
     check_writable,
-    netcdf_safe_attrs,
     read_dataset,
     to_dataset,
     write_dataset,

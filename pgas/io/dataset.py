@@ -10,10 +10,11 @@ Contract:
   ``time`` coordinate holding the step numbers, spatial coordinates (cell
   index unless given), the field variable (dtype kept: float32, float64,
   uint8, ...) and one ``(time,)`` variable per diagnostic.
-* Attributes are made netCDF-safe by :func:`netcdf_safe_attrs`: ``bool``
-  becomes ``int`` 0/1, tuples, lists, dicts and ``None`` become their JSON
-  text (``json.loads`` gives them back), NumPy scalars become Python numbers,
-  1-D numeric arrays stay arrays, and anything else becomes ``str(value)``.
+* Attributes are made netCDF-safe by :func:`netcdf_safe_attrs` (of
+  :mod:`pgas.io.attributes`, offered here too): ``bool`` becomes ``int`` 0/1,
+  tuples, lists, dicts and ``None`` become their JSON text (``json.loads``
+  gives them back), NumPy scalars become Python numbers, 1-D numeric arrays
+  stay arrays, and anything else becomes ``str(value)``.
 * :func:`write_dataset` writes ``.nc`` (netCDF-4/HDF5 via the ``h5netcdf``
   engine, which needs ``h5py``: both are dependencies of pgas; it falls back to
   the ``netcdf4`` engine only if they are missing) or ``.zarr`` (a Zarr v3
@@ -28,7 +29,8 @@ Contract:
 
 Errors are :class:`ResultsError` subclasses (a :class:`pgas.errors.PgasError`,
 so a ``ValueError``) whose messages name the parameter, the value and the fix.
-This module depends on NumPy, xarray and :mod:`pgas.errors` only.
+This module depends on NumPy, xarray, :mod:`pgas.errors` and
+:mod:`pgas.io.attributes` only.
 
 >>> import numpy as np
 >>> u = np.zeros((3, 8), np.float32)  # 3 snapshots of a 1-D field
@@ -40,7 +42,6 @@ This module depends on NumPy, xarray and :mod:`pgas.errors` only.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -54,6 +55,7 @@ import numpy as np
 import xarray as xr
 
 from pgas.errors import PgasError
+from pgas.io.attributes import netcdf_safe_attrs
 
 __all__ = [
     "DatasetInputError",
@@ -89,64 +91,6 @@ class OutputPathError(ResultsError):
 # --------------------------------------------------------------------------
 # Building the Dataset
 # --------------------------------------------------------------------------
-
-
-def netcdf_safe_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Convert attribute values to types every netCDF and Zarr writer accepts.
-
-    ``str`` and real numbers are kept (NumPy scalars become Python numbers);
-    ``bool`` becomes ``int`` (0 or 1); tuples, lists, dicts and ``None`` become
-    JSON text; 1-D numeric NumPy arrays are kept (boolean ones as ``int8``);
-    anything else becomes ``str(value)``. Keys become ``str``.
-
-    Args:
-        attrs: the attributes, or ``None``.
-
-    Returns:
-        A new dict.
-
-    >>> netcdf_safe_attrs({"mesh": (2, 4), "periodic": True, "dt": np.float32(0.5),
-    ...                    "bc": {"x": "periodic"}, "note": None})
-    {'mesh': '[2, 4]', 'periodic': 1, 'dt': 0.5, 'bc': '{"x": "periodic"}', 'note': 'null'}
-    """
-    safe: dict[str, Any] = {}
-    for key, value in (attrs or {}).items():
-        safe[str(key)] = _safe_value(value)
-    return safe
-
-
-def _safe_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, (int, np.integer)):
-        number = int(value)
-        return number if -(2**63) <= number < 2**63 else str(number)
-    if isinstance(value, (float, np.floating)):
-        return float(value)
-    if isinstance(value, np.ndarray) and value.ndim == 1:
-        if value.dtype == np.bool_:
-            return value.astype(np.int8)
-        if np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating):
-            return value
-    if value is None or isinstance(value, (list, tuple, dict)):
-        return json.dumps(_jsonable(value))
-    return str(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def _one_d(values: Any, parameter: str, length: int, what: str) -> np.ndarray:

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from pgas.io.attributes import netcdf_safe_attrs
 from pgas.io.blocks import decode_piece, host_blocks, host_copy
-from pgas.io.dataset import netcdf_safe_attrs
 
 __all__ = ["Output", "Stream", "local", "reducer", "update_attrs", "mpi_comm"]
 

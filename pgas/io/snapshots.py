@@ -62,12 +62,12 @@ from typing import Any
 import numpy as np
 
 from pgas.io import formats
+from pgas.io.attributes import netcdf_safe_attrs
 from pgas.io.blocks import Piece, Region, block_chunks, decode_piece, host_blocks
 from pgas.io.dataset import (
     OutputPathError,
     ResultsError,
     check_writable,
-    netcdf_safe_attrs,
     output_path,
 )
 from pgas.io.store import (

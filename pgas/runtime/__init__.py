@@ -1,7 +1,8 @@
 """Layer 1, runtime: processes and devices, before any array exists.
 
 Contract: starting JAX's distributed runtime under ``mpiexec``, Slurm ``srun``
-or one process (:mod:`~pgas.runtime.distributed`), detecting the launcher
+or one process (:mod:`~pgas.runtime.distributed`; its settings and the start
+each launcher asks for: :mod:`~pgas.runtime.startup`), detecting the launcher
 (:mod:`~pgas.runtime.launcher`), asking for virtual CPU devices
 (:mod:`~pgas.runtime.devices`), and the processes of a run as one
 (:mod:`~pgas.runtime.group`: decisions made once on process 0 and shared),

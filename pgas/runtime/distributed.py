@@ -43,6 +43,10 @@ Contract of :func:`initialize`:
   per task; ``PGAS_LOCAL_DEVICE_IDS`` (e.g. ``0,1``) overrides it.
 * Public JAX only (``jax.distributed``, ``jax.config``).
 
+The settings and, per launcher, the call to ``jax.distributed.initialize`` are
+:mod:`pgas.runtime.startup`'s (its errors are offered here too); this module
+makes the call, watches it and describes what started.
+
 >>> info = initialize()          # single process: nothing to start
 >>> info.process_count, info.method
 (1, 'none')
@@ -52,12 +56,9 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -65,8 +66,17 @@ from collections.abc import Mapping
 
 import jax
 
-from pgas.errors import PgasError
 from pgas.runtime.launcher import Launch, detect_launcher, launch
+from pgas.runtime.startup import (
+    DEFAULT_TIMEOUT,  # noqa: F401 - offered here as before
+    CoordinatorError,
+    LauncherError,
+    ProcessCountError,
+    Settings,
+    Start,
+    plan_start,
+    read_settings,
+)
 
 __all__ = [
     "CoordinatorError",
@@ -79,22 +89,8 @@ __all__ = [
     "local_device_ids",
 ]
 
-_LAUNCHERS = ("mpi", "slurm", "none")
-DEFAULT_TIMEOUT = 60
 WATCHDOG_EXIT_CODE = 75  # EX_TEMPFAIL: the job could not start; try again
 _GRACE = 15  # JAX's own timeout is set this much later than the watchdog's
-
-
-class LauncherError(PgasError):
-    """A launcher or start-up setting that is unknown, incomplete or inconsistent."""
-
-
-class ProcessCountError(LauncherError):
-    """The declared process count or id differs from what the launcher started."""
-
-
-class CoordinatorError(LauncherError):
-    """The JAX coordinator could not be started or reached in time."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,32 +118,6 @@ class Info:
 
 
 _INFO: Info | None = None
-
-
-def _env_int(name: str, env: Mapping[str, str]) -> int | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise LauncherError(
-            f"{name} = {value!r} is not a whole number; set it to an integer or unset it"
-        ) from None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _check_count(name: str, declared: int | None, actual: int, launcher: str) -> None:
-    if declared is not None and declared != actual:
-        raise ProcessCountError(
-            f"{name} = {declared}, but {launcher} started {actual} process(es); make them agree: "
-            f"launch {declared} processes, or set {name} to {actual} (or unset it)"
-        )
 
 
 def local_device_ids(env: Mapping[str, str] | None = None) -> list[int] | None:
@@ -194,133 +164,6 @@ def local_device_ids(env: Mapping[str, str] | None = None) -> list[int] | None:
     return list(range(rank * per, (rank + 1) * per))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    """The start-up values after arguments, ``PGAS_*`` overrides and the launcher."""
-
-    coordinator: str | None
-    num_processes: int | None
-    process_id: int | None
-    local_devices: int | None
-    timeout: int
-    launcher: str
-
-
-def _settings(coordinator, num_processes, process_id, local_devices, method, timeout, env):
-    def pick(value, name):
-        return value if value is not None else _env_int(name, env)
-
-    launcher = (method or env.get("PGAS_LAUNCHER") or detect_launcher(env)).lower()
-    launcher = {"mpi4py": "mpi", "mpiexec": "mpi", "srun": "slurm"}.get(launcher, launcher)
-    if launcher not in _LAUNCHERS:
-        raise LauncherError(
-            f"method = {launcher!r} (argument or PGAS_LAUNCHER) is not a launcher pgas knows; "
-            f"use one of {_LAUNCHERS}"
-        )
-    settings = _Settings(
-        coordinator=coordinator or env.get("PGAS_COORDINATOR") or None,
-        num_processes=pick(num_processes, "PGAS_NUM_PROCESSES"),
-        process_id=pick(process_id, "PGAS_PROCESS_ID"),
-        local_devices=pick(local_devices, "PGAS_LOCAL_DEVICES"),
-        timeout=int(timeout or _env_int("PGAS_INIT_TIMEOUT", env) or DEFAULT_TIMEOUT),
-        launcher=launcher,
-    )
-    if settings.num_processes is not None and settings.num_processes < 1:
-        raise ProcessCountError(
-            f"num_processes = {settings.num_processes}: give a whole number >= 1"
-        )
-    return settings
-
-
-@dataclasses.dataclass(frozen=True)
-class _Start:
-    """How to call ``jax.distributed.initialize``: a method name and its arguments."""
-
-    method: str
-    kwargs: dict
-
-
-def _mpi_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
-    """Under ``mpiexec``: ranks from mpi4py, a coordinator port picked by rank 0."""
-    # MPI_Init waits, holding Python's lock, for processes that may never call it (one that
-    # failed before): a watchdog thread could not run, so a small shell process watches.
-    message = (f"pgas.distributed: CoordinatorError: mpiexec's processes did not all start MPI "
-               f"within {s.timeout} s (PGAS_INIT_TIMEOUT): one of them may have failed before "
-               f"it (see its error); check the launch command")  # fmt: skip
-    watchdog = subprocess.Popen(
-        ["/bin/sh", "-c", f'sleep {int(s.timeout)}; echo "$1" >&2; kill -TERM {os.getpid()}; '
-         f"sleep 2; kill -KILL {os.getpid()} 2>/dev/null", "pgas-mpi-watchdog", message],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        return _mpi_start_after_init(s)
-    finally:  # the whole group: an orphaned `sleep` would hold stderr (mpiexec waits on it)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(watchdog.pid, signal.SIGKILL)
-        watchdog.wait()
-
-
-def _mpi_start_after_init(s: _Settings) -> _Start | None:
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    size, rank = comm.Get_size(), comm.Get_rank()
-    _check_count("num_processes (PGAS_NUM_PROCESSES)", s.num_processes, size, "mpiexec")
-    _check_count("process_id (PGAS_PROCESS_ID)", s.process_id, rank, "mpiexec (as this rank)")
-    if size == 1 and s.coordinator is None:
-        return None
-    coordinator = s.coordinator
-    if coordinator is None:
-        coordinator = f"{socket.gethostname()}:{_free_port()}" if rank == 0 else None
-        coordinator = comm.bcast(coordinator, root=0)
-    kwargs = dict(coordinator_address=coordinator, num_processes=size, process_id=rank,
-                  cluster_detection_method="mpi4py")  # fmt: skip
-    return _Start("mpi4py", kwargs)
-
-
-def _slurm_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
-    """Under ``srun``: JAX's own Slurm detection, checked against the declared counts."""
-    ntasks = _env_int("SLURM_NTASKS", env) or _env_int("SLURM_NPROCS", env)
-    if ntasks is not None:
-        _check_count("num_processes (PGAS_NUM_PROCESSES)", s.num_processes, ntasks,
-                     "srun (SLURM_NTASKS)")  # fmt: skip
-    procid = _env_int("SLURM_PROCID", env)
-    if procid is not None:
-        _check_count("process_id (PGAS_PROCESS_ID)", s.process_id, procid, "srun (SLURM_PROCID)")
-    if ntasks == 1 and s.coordinator is None:
-        return None
-    kwargs: dict = {"cluster_detection_method": "slurm"}
-    if s.coordinator is not None:
-        kwargs["coordinator_address"] = s.coordinator
-    return _Start("slurm", kwargs)
-
-
-def _explicit_start(s: _Settings, env: Mapping[str, str]) -> _Start | None:
-    """No launcher: a coordinator, a process count and an id must all be given."""
-    nproc, pid = s.num_processes, s.process_id
-    if s.coordinator is None and nproc in (None, 1):
-        return None
-    missing = [n for n, v in (("coordinator_address (PGAS_COORDINATOR)", s.coordinator),
-                              ("num_processes (PGAS_NUM_PROCESSES)", nproc),
-                              ("process_id (PGAS_PROCESS_ID)", pid)) if v is None]  # fmt: skip
-    if missing:
-        raise LauncherError(
-            f"no launcher detected (no mpiexec or srun variables), so pgas needs "
-            f"{', '.join(missing)}; set them, or start the job with mpiexec or srun"
-        )
-    if not 0 <= pid < nproc:
-        raise ProcessCountError(
-            f"process_id = {pid} is outside 0..{nproc - 1} for num_processes = {nproc}; "
-            f"give each process a distinct id below num_processes"
-        )
-    kwargs = dict(coordinator_address=s.coordinator, num_processes=nproc, process_id=pid,
-                  cluster_detection_method="deactivate")  # fmt: skip
-    return _Start("explicit", kwargs)
-
-
-_STARTS = {"mpi": _mpi_start, "slurm": _slurm_start, "none": _explicit_start}
-
-
 def initialize(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
@@ -360,8 +203,8 @@ def initialize(
     global _INFO
     if _INFO is None:
         env = os.environ
-        s = _settings(coordinator_address, num_processes, process_id, local_device_count,
-                      method, timeout, env)  # fmt: skip
+        s = read_settings(coordinator_address, num_processes, process_id, local_device_count,
+                          method, timeout, env)  # fmt: skip
         if s.local_devices is not None:
             from pgas.runtime.devices import use_cpu_devices
 
@@ -370,7 +213,7 @@ def initialize(
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         if jax.distributed.is_initialized():  # started by the user or another library
             _INFO = _make_info("external", s.coordinator)
-        elif (start := _STARTS[s.launcher](s, env)) is None:
+        elif (start := plan_start(s, env)) is None:
             _INFO = _make_info("none", None)
         else:
             _python_stdout_only()
@@ -400,7 +243,7 @@ def _python_stdout_only() -> None:
                       errors=getattr(sys.stdout, "errors", None))  # fmt: skip
 
 
-def _failure(start: _Start, s: _Settings, env, waited: float, cause: str) -> str:
+def _failure(start: Start, s: Settings, env, waited: float, cause: str) -> str:
     kwargs = start.kwargs
     coordinator = kwargs.get("coordinator_address", "(from Slurm)")
     return (
@@ -414,7 +257,7 @@ def _failure(start: _Start, s: _Settings, env, waited: float, cause: str) -> str
     )
 
 
-def _run_start(start: _Start, s: _Settings, env: Mapping[str, str]) -> Info:
+def _run_start(start: Start, s: Settings, env: Mapping[str, str]) -> Info:
     """Call ``jax.distributed.initialize`` under a watchdog; check the process count."""
     kwargs = dict(start.kwargs)
     ids = local_device_ids(env)

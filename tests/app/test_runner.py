@@ -93,7 +93,7 @@ DECODING = {  # every problem that declares a decoding: fixed factor, ragged, pa
 def test_decode_applies_before_checksum_and_output(name, suffix, tmp_path):
     """The store, the checksum and the gathered field are the decoded state, on 3 devices
     (uneven blocks), read back against the decode of the whole gathered state."""
-    from pgas.app.runner import build, mesh_for
+    from pgas.app.state import build, mesh_for
 
     p = DECODING[name]()
     devices = 3
@@ -137,39 +137,6 @@ def test_restart_continues_the_store_without_duplicates(tmp_path, suffix):
             assert total == pytest.approx(ref.astype(np.float64).sum(), rel=1e-12)
 
 
-def test_checkpoints_between_chunks_and_restart(tmp_path):
-    ck = str(tmp_path / "ck")
-    opts = RunOptions(backend="explicit", steps=8, devices=2, checkpoint=ck, checkpoint_every=4)
-    runner.run(heat_problem(), opts)
-    assert checkpoint.latest(ck) == 8
-    more = dataclasses.replace(opts, backend="auto", steps=12, restart=True, devices=4)
-    r = runner.run(heat_problem(), more, gather=True)
-    assert r.start_step == 8 and checkpoint.latest(ck) == 12
-    np.testing.assert_array_equal(r.field, heat_reference(203, 12))
-
-
-def test_restart_in_an_empty_directory_starts_fresh(tmp_path):
-    (tmp_path / "ck").mkdir()
-    opts = RunOptions(steps=3, devices=2, checkpoint=str(tmp_path / "ck"), restart=True)
-    assert runner.run(heat_problem(), opts).start_step == 0
-
-
-def test_chunk_length():
-    assert runner.chunk_length(100, None, False) is None
-    assert runner.chunk_length(100, None, True) == 5
-    assert runner.chunk_length(100, 10, False) == 20
-    assert runner.chunk_length(100, 50, True) == 50
-
-
-def test_mesh_and_build():
-    p = load_problem(f"{PROBLEMS}:life")
-    mesh = runner.mesh_for(p, 4)
-    assert dict(mesh.shape) == {"y": 2, "x": 2}
-    u = runner.build(p, mesh)
-    y, x = np.meshgrid(np.arange(37), np.arange(53), indexing="ij")
-    np.testing.assert_array_equal(u.to_numpy(), p.init(y, x))
-
-
 def test_checksum_is_the_same_on_every_mesh_backend_and_k():
     """The runner's checksum (every device's blocks, no gather) equals NumPy's whole-field one."""
     want = checksum(heat_reference(203, 6))
@@ -201,14 +168,3 @@ def test_packed_and_byte_life_have_one_checksum():
     for p in (packed_p, byte_p):
         r = runner.run(p, RunOptions(steps=3, devices=4))  # 2x2 blocks, uneven words
         assert r.checksum == want, p.name
-
-
-@pytest.mark.parametrize("backend", ["auto", "explicit"])
-def test_memory_the_compiler_freed_is_given_back_before_the_run(backend, monkeypatch):
-    """The runner trims glibc's heaps once the comm report and once the warm-up have compiled
-    (pgas.runtime.memory.trim_freed_memory), and the result is the same."""
-    calls = []
-    monkeypatch.setattr(runner, "trim_freed_memory", lambda: calls.append(1) or True)
-    r = runner.run(heat_problem(), RunOptions(steps=5, devices=2, backend=backend))
-    assert len(calls) == 2
-    assert r.checksum == checksum(heat_reference(203, 5))

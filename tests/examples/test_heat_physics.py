@@ -15,7 +15,7 @@ from helpers import load_example
 
 import pgas
 from pgas.app.problem import checksum
-from pgas.app.runner import build as _build
+from pgas.app.state import build as _build
 from pgas.references import explicit
 
 _PATH = Path(__file__).resolve().parents[2] / "examples" / "heat1d" / "heat1d.py"

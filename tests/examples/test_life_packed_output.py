@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import pgas
 import pgas.io.checksum
-from pgas.app import runner
+from pgas.app import jax_run
 from pgas.app.problem import checksum
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,10 +80,12 @@ def life_main(size: str, mesh: tuple[int, int], monkeypatch, *argv: str) -> dict
     def mesh_for(problem, devices, multiprocess=False):
         return pgas.make_mesh(problem.mesh_axes, shape=mesh, devices=mesh[0] * mesh[1])
 
-    monkeypatch.setattr(runner, "mesh_for", mesh_for)
+    monkeypatch.setattr(jax_run, "mesh_for", mesh_for)  # where the JAX run looks it up
     args = ["--size", size, "--density", "0.4", "--seed", "5", "--json", "--quiet",
             "--devices", str(mesh[0] * mesh[1]), *argv]  # fmt: skip
-    return L.main(args)
+    result = L.main(args)
+    assert result["mesh"] == {"y": mesh[0], "x": mesh[1]}  # the patched mesh_for was used
+    return result
 
 
 def widths():

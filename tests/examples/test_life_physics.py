@@ -15,7 +15,7 @@ import pytest
 from helpers import load_example
 
 import pgas
-from pgas.app.runner import build as _build
+from pgas.app.state import build as _build
 from pgas.references import explicit
 
 _DIR = Path(__file__).resolve().parents[2] / "examples" / "life"

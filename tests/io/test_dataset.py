@@ -71,37 +71,6 @@ def test_name_dims_coords_attrs():
     assert full["u"].dims == ("step", "a", "b")
 
 
-def test_netcdf_safe_attrs():
-    safe = pio.netcdf_safe_attrs(
-        {
-            "flag": True,
-            "np_flag": np.bool_(False),
-            "n": np.int64(3),
-            "big": 2**70,
-            "dt": np.float32(0.25),
-            "shape": (256, 512),
-            "bc": {"x": ["periodic", None]},
-            "none": None,
-            "arr": np.array([1.0, 2.0]),
-            "mask": np.array([True, False]),
-            "path": os.path,
-            7: "key",
-        }
-    )
-    assert safe["flag"] == 1 and type(safe["flag"]) is int
-    assert safe["np_flag"] == 0 and type(safe["np_flag"]) is int
-    assert safe["n"] == 3 and type(safe["n"]) is int
-    assert safe["big"] == str(2**70)
-    assert safe["dt"] == 0.25 and type(safe["dt"]) is float
-    assert json.loads(safe["shape"]) == [256, 512]
-    assert json.loads(safe["bc"]) == {"x": ["periodic", None]}
-    assert safe["none"] == "null"
-    np.testing.assert_array_equal(safe["arr"], [1.0, 2.0])
-    assert safe["mask"].dtype == np.int8
-    assert isinstance(safe["path"], str)
-    assert safe["7"] == "key"
-
-
 @pytest.mark.parametrize(
     "kwargs, words",
     [

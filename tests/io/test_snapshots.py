@@ -377,37 +377,3 @@ def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
     with xr.open_zarr(tmp_path / "m16.zarr") as ds:
         assert ds.sizes["time"] == 16
         assert ds["u"][15].values.tobytes() == expected_heat([30], n)[0].tobytes()
-
-
-def test_a_stream_copies_each_snapshot_into_the_same_host_blocks(tmp_path):
-    """The app's Stream allocates its host blocks once: every snapshot after the first is
-    copied into the arrays of the one before (written by then), for GlobalArrays on 3
-    devices (uneven blocks) and for a NumPy block with its region (the MPI path)."""
-    from pgas.io.output import Output, Stream
-
-    mesh = pgas.make_mesh(devices=3)
-    fields = [np.arange(10.0) + 100 * s for s in range(3)]
-
-    def stream(path):
-        return Stream(path, Output(dims=("x",)), (10,), "float64", None, None, {}, None,
-                      None, 1)  # fmt: skip
-
-    out = stream(tmp_path / "a.zarr")
-    for s, f in enumerate(fields):
-        out.write(s, pgas.from_numpy(f, mesh))
-        if s == 0:
-            first = [b for _, b in out.host]
-        assert len(out.host) == 3 and all(b is a for (_, b), a in zip(out.host, first))
-    out.close()
-    block = np.zeros(4)
-    out = stream(tmp_path / "b.zarr")
-    for s, f in enumerate(fields):  # one process writing cells 3:7 of each snapshot
-        block[:] = f[3:7]
-        out.write(s, block, region=(slice(3, 7),))
-        first = out.host[0][1] if s == 0 else first
-        assert out.host[0][1] is first and out.host[0][1] is not block
-    out.close()
-    with xr.open_zarr(tmp_path / "a.zarr") as ds:
-        np.testing.assert_array_equal(ds["u"].values, np.stack(fields))
-    with xr.open_zarr(tmp_path / "b.zarr") as ds:
-        np.testing.assert_array_equal(ds["u"].values[:, 3:7], np.stack(fields)[:, 3:7])

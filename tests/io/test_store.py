@@ -22,6 +22,3 @@ def test_same_problem_passes_and_another_is_refused():
         check_identity(spec, "u", ("x",), (12,), "float32", {"example": "heat"})
     with pytest.raises(StoreMismatchError, match="example 'life'"):
         check_identity(spec, "u", ("x",), (10,), "float32", {"example": "life"})
-    from pgas.io import formats
-
-    assert formats.of(spec.path).parallel and not formats.of("run.nc").parallel
