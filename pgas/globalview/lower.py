@@ -20,7 +20,10 @@ named phases; relative to the assigned window every view of an array is a
    expressions*, below).
 4. :func:`write`: a mask built from global indices keeps what the window
    does not cover (cells outside it, padding, the outer cells of a ``Keep``
-   face, ghost cells beyond the domain edge) and writes the rest.
+   face, ghost cells beyond the domain edge) and writes the rest. A window
+   that lies inside the outer cells of a ``Keep`` face is written there: an
+   edge written by hand (``u[0] = u[1]``), which may not read the ghosts
+   beyond that face (:func:`check_kept_edges`).
 
 Deep halos. :func:`pgas.run` exchanges a halo ``K`` cells wide once, then
 runs ``k`` steps on the extended blocks (``GlobalArray.ext`` = ``K``): an
@@ -31,8 +34,8 @@ block's own cells are what ``k`` single steps give, bit for bit (the same
 arithmetic on the same values). Halo cells are masked by the global cell they
 copy, so windows, ``Keep`` faces and padding act on them exactly as on their
 owners; ghost cells beyond a Neumann face are re-filled after every assignment
-(inside a double-buffered loop, by slabs where the loop writes the result into its
-buffer: :func:`deferring_mirrors`).
+(:mod:`pgas.globalview.mirrors`; inside a double-buffered loop, by slabs where the
+loop writes the result into its buffer).
 
 Halos per side. A read records its offsets per side (:attr:`Read.sides`: the
 cells it reads below and above the window), and everything follows them per
@@ -42,8 +45,8 @@ block), the domain is computed per side (:func:`domain_of`), and an extended
 array keeps ``(below, above)`` cells per axis (``GlobalArray.ext``, a
 :data:`pgas.grid.decomposition.Ext`: an int where both sides are equal, so a
 symmetric stencil's program is what it always was). While
-:func:`pgas.loop.plan.plan` probes a step, :func:`recording_sides` follows how
-far each result reaches per side (:func:`sides_of`), through assignments that
+:func:`pgas.loop.plan.plan` probes a step, every assignment records how far its
+result reaches per side (:mod:`pgas.globalview.reach`), through assignments that
 read each other's results: what a compiled loop exchanges and keeps.
 
 Shifts of expressions. ``shift(rows, 1, 0)`` of an expression (not of a
@@ -57,6 +60,9 @@ Computing the inner expression once and slicing its uses was tried and is
 not kept: inside a deep-halo group it adds a pass over the extended block per
 sub-step, and XLA recomputes fused producers anyway (benchmarks/README.md,
 "Findings").
+
+The forms an array's data takes (physical, blocks, extended blocks) and the
+moves between them are in :mod:`pgas.globalview.forms`.
 """
 
 from __future__ import annotations
@@ -78,17 +84,20 @@ from pgas.errors import (
     LayoutError,
     ShapeMismatchError,
 )
-from pgas.globalview.halo import extend, refill_mirror, refill_mirror_slabs
+from pgas.globalview.forms import Sides, blocks_of, crop, sides_kept
+from pgas.globalview.halo import extend
+from pgas.globalview.mirrors import fresh, mirror_or_defer
+from pgas.globalview.reach import record
 from pgas.globalview.view import SCALARS, Leaf, Shifted, View, Window, as_view
 from pgas.grid.decomposition import Ext, ext_of, ext_sides
 
-__all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
-           "check_dtype", "blocks_of", "physical_of", "anchor_of", "recording_sides", "Mirrors",
-           "deferring_mirrors", "narrowed", "sides_of", "reads_of", "needs_of",
-           "holding"]  # fmt: skip
+# isort: split
+# Importable from here until pgas/globalview/reduce.py and pgas/references/explicit.py import
+# them from pgas.globalview.forms (issue 36: lower.py was split by concern).
+from pgas.globalview.forms import anchor_of, physical_of  # noqa: F401
 
-Sides = tuple[tuple[int, int], ...]
-"""Cells per axis ``(below, above)``: below is toward lower indices."""
+__all__ = ["Read", "Source", "assign", "collect", "sources", "evaluate", "write",
+           "check_dtype", "check_kept_edges", "holding"]  # fmt: skip
 
 _HELD: list[dict[int, tuple[Any, Any]]] = []
 
@@ -109,81 +118,6 @@ def holding(copies: dict[int, tuple[Any, Any]]) -> Iterator[None]:
         yield
     finally:
         _HELD.pop()
-
-
-class Mirrors:
-    """The results whose ghost cells beyond a Neumann face wait to be re-filled
-    (:func:`deferring_mirrors`): ``id(data) -> (data, layout, domain)``."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[int, tuple[Any, Any, Sides]] = {}
-        self._fresh: dict[int, tuple[Any, Any]] = {}
-
-    def mark(self, data, layout, domain: Sides) -> None:
-        self._waiting[id(data)] = (data, layout, domain)
-
-    def waiting(self, data) -> tuple[Any, Sides] | None:
-        """``(layout, domain)`` if ``data``'s ghosts wait to be re-filled, else None."""
-        entry = self._waiting.get(id(data))
-        return entry[1:] if entry is not None and entry[0] is data else None
-
-    def fresh(self, data, anchor=None):
-        """``data`` with its waiting ghosts re-filled (computed once), or ``data``."""
-        entry = self._fresh.get(id(data))
-        if entry is not None and entry[0] is data:
-            return entry[1]
-        found = self.waiting(data)
-        if found is None:
-            return data
-        out = _mirror(data, *found, anchor)
-        self._fresh[id(data)] = (data, out)
-        return out
-
-    def place(self, data, buffer, at: list[int]) -> jax.Array:
-        """``buffer``, into which ``data`` was written at index ``at``, with ``data``'s
-        waiting ghosts re-filled in it by slabs (in place in a loop buffer)."""
-        found = self.waiting(data)
-        if found is None:
-            return buffer
-        lay, domain = found
-        written = False  # slabs of an earlier axis in the buffer: later axes read them there
-        for axis, d in enumerate(domain):
-            if any(d):
-                buffer = refill_mirror_slabs(buffer, data, at, axis, d, lay.axes[axis],
-                                             lay.boundary[axis], lay.block_iota(axis),
-                                             written)  # fmt: skip
-                written = written or _refills(lay.boundary[axis], d)
-        return buffer
-
-
-_DEFERRED: list[Mirrors] = []
-
-
-@contextlib.contextmanager
-def deferring_mirrors() -> Iterator[Mirrors]:
-    """Inside: an assignment to a framed array leaves the ghost cells beyond its Neumann
-    faces as they were, and marks its result in the :class:`Mirrors` yielded.
-
-    An assignment re-fills those ghosts from the cells next to the face
-    (:func:`write`); inside a double-buffered loop's sub-step that masked
-    full-size select was a second pass over the block. The loop re-fills them
-    instead where it writes the result into its buffer (:meth:`Mirrors.place`);
-    a read of a marked array inside (a later assignment in the same step)
-    re-fills them first, so every read sees what it saw before.
-    """
-    mirrors = Mirrors()
-    _DEFERRED.append(mirrors)
-    try:
-        yield mirrors
-    finally:
-        _DEFERRED.pop()
-
-
-def _fresh(data, anchor=None):
-    """``data`` with the ghosts a :func:`deferring_mirrors` left waiting re-filled."""
-    for mirrors in reversed(_DEFERRED):
-        data = mirrors.fresh(data, anchor)
-    return data
 
 
 def _held(array):
@@ -214,119 +148,6 @@ class Read:
         return self.sides or tuple((w, w) for w in self.widths)
 
 
-_BOOKS: list[dict[int, tuple[Any, Sides]]] = []
-_NEEDS: list[dict[int, tuple[Any, Any, dict[int, tuple[Any, Sides]]]]] = []
-
-
-@contextlib.contextmanager
-def recording_sides() -> Iterator[dict]:
-    """Record, while tracing a step, how far every assigned result reaches per side.
-
-    Inside the block, each assignment's new data is recorded with its reach
-    ``(below, above)`` per axis: the largest over its reads of the read array's
-    own reach plus the read's offsets, and the target's old reach (cells
-    outside the window keep their old values). Arrays never assigned reach 0.
-    Each new data's reach into every data it was computed from is recorded
-    too (:func:`reads_of`, :func:`needs_of`): what each field's frame is made of.
-
-    >>> import numpy as np, pgas
-    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
-    >>> with recording_sides():
-    ...     u[1:] = u[1:] - 0.5 * (u[1:] - u[:-1])
-    ...     sides_of(u.data)
-    ((1, 0),)
-    """
-    book: dict[int, tuple[Any, Sides]] = {}
-    needs: dict = {}
-    _BOOKS.append(book)
-    _NEEDS.append(needs)
-    try:
-        yield book
-    finally:
-        _BOOKS.remove(book)
-        _NEEDS.remove(needs)
-
-
-def reads_of(data) -> dict[int, tuple[Any, Sides]]:
-    """How far ``data``'s cells reach into every array data it was computed from, per side.
-
-    Recorded inside :func:`recording_sides`: ``{id(source): (source, sides)}``
-    over every data an assignment read (an array given to the step, one a
-    parameter or the enclosing scope holds, or an earlier assignment's result),
-    through assignments that read each other's results; ``data`` itself at 0.
-    A data no assignment made reaches only itself. What
-    :func:`pgas.loop.plan.plan` makes each field's frame of.
-
-    >>> import numpy as np, pgas
-    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1))
-    >>> v, first = pgas.from_numpy(np.zeros(4), u.layout.mesh), u.data
-    >>> with recording_sides():
-    ...     u[1:] = u[1:] - 0.5 * (u[1:] - u[:-1])
-    ...     v[1:-1] = u[1:-1]
-    ...     reads_of(v.data)[id(first)][1]
-    ((1, 0),)
-    """
-    for needs in reversed(_NEEDS):
-        if id(data) in needs and needs[id(data)][0] is data:
-            return needs[id(data)][2]
-    return {id(data): (data, None)}
-
-
-def needs_of(owners: dict[int, Any], ndim: int) -> dict[Any, Sides]:
-    """How far, per side, every assignment recorded so far (:func:`recording_sides`) reads
-    the data of each owner: ``{owner: sides}`` over the ``owners`` (``{id(data): owner}``
-    of the data given to the step) and the data assigned into an array given to the
-    step (``{id(array): owner}`` in ``owners`` too), each assignment's own cells
-    computed from them. An owner never read at an offset maps to zeros; one never read
-    is absent.
-    """
-    zero = ((0, 0),) * ndim
-    out: dict[int, Sides] = {}
-    book = _NEEDS[-1]
-    for data, target, _ in book.values():  # data assigned into an array given to the step
-        if id(target) in owners and id(data) not in owners:
-            owners = {**owners, id(data): owners[id(target)]}
-    for _, _, deps in book.values():
-        for key, (_, far) in deps.items():
-            who = owners.get(key)  # ids of live data: every one is held here or by the caller
-            if who is None:
-                continue
-            got = out.get(who, zero)
-            out[who] = tuple((max(g[0], f[0]), max(g[1], f[1]))
-                             for g, f in zip(got, far or zero))  # fmt: skip
-    return out
-
-
-def sides_of(data) -> Sides | None:
-    """The reach recorded for ``data`` (:func:`recording_sides`), ``None`` if not assigned."""
-    for book in reversed(_BOOKS):
-        if id(data) in book and book[id(data)][0] is data:
-            return book[id(data)][1]
-    return None
-
-
-def _record(target, reads: list[Read], data) -> None:
-    if not _BOOKS:
-        return
-    ndim = target.layout.ndim
-    zero = ((0, 0),) * ndim
-    reach = [list(p) for p in sides_of(target.data) or zero]
-    for read in reads:
-        own = sides_of(read.array.data) or zero
-        for axis, ((a, b), (lo, hi)) in enumerate(zip(own, read.per_side())):
-            reach[axis] = [max(reach[axis][0], a + lo), max(reach[axis][1], b + hi)]
-    _BOOKS[-1][id(data)] = (data, tuple((lo, hi) for lo, hi in reach))
-    deps: dict[int, tuple[Any, Sides]] = {id(data): (data, zero)}
-    sources = [(target.data, zero)] + [(r.array.data, r.per_side()) for r in reads]
-    for source, offsets in sources:  # the target's old data: cells outside the window
-        for key, (obj, far) in reads_of(source).items():
-            far = far or zero
-            got = deps.get(key, (obj, zero))[1]
-            deps[key] = (obj, tuple((max(g[0], f[0] + o[0]), max(g[1], f[1] + o[1]))
-                                    for g, f, o in zip(got, far, offsets)))  # fmt: skip
-    _NEEDS[-1][id(data)] = (data, target, deps)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Source:
     """An array's values in the blocks form, extended by ``ext[i] = (below, above)`` cells."""
@@ -349,42 +170,6 @@ def check_dtype(value: np.dtype, target: np.dtype, weak: bool) -> None:
             f"cannot assign {value} values to a {target} array without loss; cast the "
             f"expression explicitly with .astype({str(target)!r}) or make the array {value}"
         )
-
-
-def blocks_of(array) -> tuple[jax.Array, Sides]:
-    """An array's data in the blocks form, and its extension ``(below, above)`` per axis
-    (zeros for physical data)."""
-    data = array.layout.to_blocks(array.data) if array.ext is None else array.data
-    return data, _sides_kept(array)
-
-
-def _sides_kept(array) -> Sides:
-    """The halo cells ``(below, above)`` per axis an array keeps (zeros for physical data)."""
-    return ext_sides(array.ext or ((0, 0),) * array.layout.ndim)
-
-
-def physical_of(array) -> jax.Array:
-    """An array's physical data, whatever form it is in (the block's own cells)."""
-    if array.ext is None:
-        return array.data
-    lay, blocks = array.layout, array.data
-    for axis, ((below, above), ax) in enumerate(zip(ext_sides(array.ext), lay.axes)):
-        if below or above:
-            blocks = jax.lax.slice_in_dim(blocks, below, below + ax.block, axis=2 * axis + 1)
-    return lay.from_blocks(blocks)
-
-
-def anchor_of(counter: jax.Array) -> jax.Array:
-    """A zero XLA cannot tell from a loop counter (see :class:`pgas.GlobalArray` ``anchor``).
-
-    A loop index is below 2**31, so its sign bit is zero; XLA cannot prove it,
-    and leaves masks built on it inside the loop, where they fuse into the
-    stencil instead of being hoisted as arrays read from memory every step.
-
-    >>> int(anchor_of(jnp.int32(7)))
-    0
-    """
-    return jax.lax.shift_right_arithmetic(jnp.asarray(counter).astype(jnp.int32), jnp.int32(31))
 
 
 # ---- 1. collect --------------------------------------------------------------------------
@@ -433,7 +218,7 @@ def sources(reads: list[Read], base: Sides) -> dict[int, Source]:
     for read in reads:
         arr = read.array if read.array.ext is not None else _held(read.array)
         if arr.ext is not None:
-            out[id(read.array)] = Source(_fresh(arr.data, arr.anchor), ext_sides(arr.ext))
+            out[id(read.array)] = Source(fresh(arr.data, arr.anchor), ext_sides(arr.ext))
             continue
         lay = arr.layout
         blocks = lay.to_blocks(arr.data)
@@ -462,7 +247,7 @@ def sources(reads: list[Read], base: Sides) -> dict[int, Source]:
 def domain_of(target, reads: list[Read], found: dict[int, Source]) -> Sides:
     """Halo cells ``(below, above)`` the assignment computes: what every source still covers
     on each side."""
-    dom = [list(p) for p in _sides_kept(target)]
+    dom = [list(p) for p in sides_kept(target)]
     for read in reads:
         have = found[id(read.array)].ext
         for axis, ((lo, hi), (a, b)) in enumerate(zip(have, read.per_side())):
@@ -501,25 +286,6 @@ def _offsets(node: View, window: Window) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _crop(data: jax.Array, cut_lo, cut_hi) -> jax.Array:
-    """``data`` (blocks form) less ``cut_lo[i]`` cells at the start of block axis ``i``, and
-    ``cut_hi[i]`` at its end."""
-    if jnp.ndim(data) == 0:  # an expression of no window (pgas.apply returning a constant)
-        return data
-    for axis, (a, b) in enumerate(zip(cut_lo, cut_hi)):
-        if a or b:
-            n = data.shape[2 * axis + 1]
-            data = jax.lax.slice_in_dim(data, a, n - b, axis=2 * axis + 1)
-    return data
-
-
-def narrowed(data: jax.Array, have: Sides, want: Sides) -> jax.Array:
-    """``data`` (blocks form, extended by ``have`` cells ``(below, above)`` per axis) cut to
-    the extension ``want``."""
-    return _crop(data, [h[0] - w[0] for h, w in zip(have, want)],
-                 [h[1] - w[1] for h, w in zip(have, want)])  # fmt: skip
-
-
 def evaluate(value: View, window: Window, found: dict[int, Source], domain: Sides) -> jax.Array:
     """The expression's values on the domain (blocks form, ``domain[i] = (below, above)``
     halo cells).
@@ -534,7 +300,7 @@ def evaluate(value: View, window: Window, found: dict[int, Source], domain: Side
             src, at = found[id(node.array)], _minus(node.window.start, window.start)
             below = tuple(e[0] - d[0] for e, d in zip(src.ext, domain))
             above = tuple(e[1] - d[1] for e, d in zip(src.ext, domain))
-            return _crop(src.data, _plus(_minus(below, lo), at), _minus(_minus(above, hi), at))
+            return crop(src.data, _plus(_minus(below, lo), at), _minus(_minus(above, hi), at))
         if isinstance(node, Shifted):
             o = _offsets(node, window)
             return values(node.inner, _plus(lo, o), _minus(hi, o))
@@ -558,42 +324,58 @@ def write(target, window: Window, new, reach, domain: Sides) -> tuple[jax.Array,
     its extension (``None`` for physical data)."""
     lay = target.layout
     blocks, ext = blocks_of(target)
-    blocks = _fresh(blocks, target.anchor)
+    blocks = fresh(blocks, target.anchor)
     for axis, ((e, _), (lo, hi)) in enumerate(zip(ext, domain)):
         if ext[axis] != (lo, hi):
             blocks = jax.lax.slice_in_dim(blocks, e - lo, e + lay.axes[axis].block + hi,
                                           axis=2 * axis + 1)  # fmt: skip
     frame = target.ext is not None
     mask = lay.window_mask(window.start, window.extent, reach, ext=domain if frame else None,
-                           anchor=target.anchor)  # fmt: skip
+                           anchor=target.anchor, edges=True)  # fmt: skip
     new = jnp.asarray(new).astype(target.dtype)
     result = jnp.broadcast_to(new if mask is None else jnp.where(mask, new, blocks), blocks.shape)
     if not frame:
         return lay.from_blocks(result), None
-    if _DEFERRED and _mirrored(lay, domain):
-        _DEFERRED[-1].mark(result, lay, domain)
-    else:
-        result = _mirror(result, lay, domain, target.anchor)
-    return result, ext_of(domain)
+    return mirror_or_defer(result, lay, domain, target.anchor), ext_of(domain)
 
 
-def _mirrored(layout, domain: Sides) -> bool:
-    """Whether ``domain`` holds ghost cells beyond a Neumann face of ``layout``."""
-    return any(_refills(faces, d) for faces, d in zip(layout.boundary, domain))
+def check_kept_edges(layout, window: Window, reads: list[Read], reach) -> None:
+    """Refuse an edge written by hand that reads beyond its ``Keep`` face.
 
+    A window inside the cells a ``Keep`` face keeps (the outer ``max(declared halo,
+    reach)`` cells) is written (:meth:`pgas.Layout.window_mask`, ``edges``): ``u[0] =
+    u[1]`` is a zero-gradient edge written by hand. Such a write may read the array's
+    cells, not the ghost cells beyond that face (``pgas.shift(u[0:1], 1)``): those
+    mirror the edge as it was at the last halo exchange, which a deep-halo loop
+    (``k > 1``) makes every ``k`` steps, so ``k`` single steps would read other values.
 
-def _refills(faces: tuple, sides: tuple[int, int]) -> bool:
-    """Whether ``sides`` halo cells of an axis hold ghosts beyond one of its Neumann ``faces``."""
-    return bool((faces[0].refreshed and sides[0]) or (faces[1].refreshed and sides[1]))
-
-
-def _mirror(result, layout, domain: Sides, anchor=None):
-    """``result`` (extension ``domain``) with its ghosts beyond Neumann faces re-filled."""
-    for axis, d in enumerate(domain):
-        if any(d):
-            result = refill_mirror(result, axis, d, layout.axes[axis], layout.boundary[axis],
-                                   layout.block_iota(axis), anchor)  # fmt: skip
-    return result
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.arange(4.0), pgas.make_mesh(devices=1), boundary=pgas.Keep())
+    >>> u[0] = u[1]  # written
+    >>> u[0:1] = pgas.shift(u[0:1], 1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pgas.errors.IndexingError: an assignment to cells 0:1 of axis 0, inside the cells the ...
+    """
+    for axis, ax in enumerate(layout.axes):
+        keep = max(layout.halo[axis] or 0, reach[axis])
+        lo, hi = window.start[axis], window.start[axis] + window.extent[axis]
+        below = max((r.per_side()[axis][0] for r in reads), default=0)
+        above = max((r.per_side()[axis][1] for r in reads), default=0)
+        low, high = layout.boundary[axis]
+        for face, inside, beyond, cells in (
+            ("low", low.keeps and hi <= keep, lo - below < 0, f"0:{keep}"),
+            ("high", high.keeps and lo >= ax.size - keep, hi + above > ax.size,
+             f"{ax.size - keep}:{ax.size}"),
+        ):  # fmt: skip
+            if inside and beyond:
+                raise IndexingError(
+                    f"an assignment to cells {lo}:{hi} of axis {axis}, inside the cells the "
+                    f"Keep() {face} face keeps ({cells}), reads the ghost cells beyond that "
+                    f"face, which a deep-halo loop does not refresh between exchanges; read "
+                    f"cells inside the array (a zero-gradient edge by hand: u[0] = u[1]), or "
+                    f"use boundary=pgas.Neumann() for a mirrored edge"
+                )
 
 
 def assign(target, window: Window, value) -> tuple[jax.Array, Ext | None]:
@@ -608,10 +390,11 @@ def assign(target, window: Window, value) -> tuple[jax.Array, Ext | None]:
     else:
         check_dtype(np.result_type(value), np.dtype(target.dtype), isinstance(value, SCALARS))
     reads = collect(target, window, value) if isinstance(value, View) else []
-    found = sources(reads, _sides_kept(target))
+    found = sources(reads, sides_kept(target))
     domain = domain_of(target, reads, found)
     new = evaluate(value, window, found, domain) if isinstance(value, View) else value
     reach = [max([r.widths[a] for r in reads], default=0) for a in range(target.layout.ndim)]
+    check_kept_edges(target.layout, window, reads, reach)
     data, ext = write(target, window, new, reach, domain)
-    _record(target, reads, data)
+    record(target, reads, data)
     return data, ext

@@ -38,7 +38,8 @@ from jax.sharding import PartitionSpec
 from pgas.errors import LayoutError, PgasError
 from pgas.globalview import reprosum
 from pgas.globalview.array import GlobalArray
-from pgas.globalview.lower import assign, physical_of
+from pgas.globalview.forms import physical_of
+from pgas.globalview.lower import assign
 from pgas.globalview.view import View, Window
 from pgas.grid.boundary import Periodic
 

@@ -187,11 +187,15 @@ class Layout:
         block: Sequence[jax.Array] | None = None,
         ext: Ext | None = None,
         anchor: jax.Array | None = None,
+        edges: bool = False,
     ) -> jax.Array | None:
         """Cells a write to the window ``[start, start + extent)`` may change.
 
         Excludes padding and, on a ``Keep`` face, the outer
-        ``max(declared halo, widths[axis])`` cells. With ``ext`` (blocks
+        ``max(declared halo, widths[axis])`` cells; with ``edges`` (the global
+        view's assignments, :func:`pgas.globalview.lower.write`), not from a
+        window that lies inside those cells: an edge written by hand, ``u[0] =
+        u[1]``, is written. With ``ext`` (blocks
         extended by ``ext[i]`` cells per side, :data:`pgas.grid.decomposition.Ext`)
         halo cells are judged by the global cell they copy (modulo the size on a
         periodic axis) and cells beyond a non-periodic domain edge are never
@@ -203,10 +207,11 @@ class Layout:
             hi = lo + e
             keep = max(self.halo[axis] or 0, widths[axis])
             low_bc, high_bc = self.boundary[axis]
-            if low_bc.keeps:
-                lo = max(lo, keep)
-            if high_bc.keeps:
+            low_keeps = low_bc.keeps and not (edges and hi <= keep)
+            if high_bc.keeps and not (edges and lo >= ax.size - keep):
                 hi = min(hi, ax.size - keep)
+            if low_keeps:
+                lo = max(lo, keep)
             b = None if block is None else block[axis]
             x = sides[axis]
             terms = [] if (ax.even or any(x)) else [self.valid(axis, b)]

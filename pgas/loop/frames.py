@@ -20,7 +20,7 @@ exchanges the halo in place (:func:`pgas.halo.refill`: only the slabs are
 written), and writes each sub-step's result into the other buffer by a
 dynamic-update-slice that XLA fuses with the sub-step and does in place; the
 ghost cells beyond a Neumann face are then re-filled in that buffer by slabs
-(:func:`pgas.globalview.lower.deferring_mirrors`). So a
+(:func:`pgas.globalview.mirrors.deferring_mirrors`). So a
 sub-step is one pass over the block with nothing recomputed, and a device
 holds two extended blocks: 2.0x its block instead of 3.0x (the loop buffer, the
 extended copy and an intermediate of the single-buffered group).
@@ -57,8 +57,10 @@ import jax.numpy as jnp
 
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
+from pgas.globalview.forms import anchor_of, blocks_of, physical_of
 from pgas.globalview.halo import extend, refill
-from pgas.globalview.lower import anchor_of, blocks_of, deferring_mirrors, holding, physical_of
+from pgas.globalview.lower import holding
+from pgas.globalview.mirrors import deferring_mirrors
 from pgas.globalview.view import View
 from pgas.grid.decomposition import Ext, ext_of, ext_pair, ext_sides
 from pgas.grid.mesh import platform_of
@@ -450,7 +452,7 @@ def loop_inputs(params: Any, fields: tuple, widths: tuple[int, ...] | None,
 
     Yields ``params`` made :func:`read_only`; inside, the step's reads of the
     ``fields`` it takes from its enclosing scope (:class:`pgas.GlobalArray`
-    constants, :func:`pgas.loop.timeloop.captured`) take copies extended the
+    constants, :func:`pgas.loop.outside.captured`) take copies extended the
     same way (:func:`pgas.globalview.lower.holding`). Trace the loop inside:
     both are exchanged once per call of the loop, as a parameter is, never per
     group or sub-step. ``widths=None`` (no frames): nothing is extended.

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import pgas
-from pgas.globalview.lower import anchor_of, check_dtype, collect, physical_of
+from pgas.globalview.forms import physical_of
+from pgas.globalview.lower import check_dtype, collect
 from pgas.globalview.view import normalize_index
 
 
@@ -52,7 +53,3 @@ def test_assignment_on_extended_blocks_shrinks_the_domain():
     np.testing.assert_array_equal(np.asarray(physical_of(cores(f))), ref)
     with pytest.raises(pgas.HaloError, match="farther across axis 0 than the halo"):
         f[1:-1] = f[:-2]
-
-
-def test_anchor_is_zero():
-    assert int(anchor_of(np.int32(12345))) == 0

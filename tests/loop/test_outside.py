@@ -208,3 +208,35 @@ def test_numbers_read_keys_what_counts_and_leaves_out_the_rest():
     assert numbers_read(outer) == numbers_read(functools.partial(inner, 1.0)) != ()
     assert numbers_read(Stepper().step) == numbers_read(inner) and numbers_read(too_deep) == ()
     assert names_of(outer.__code__) == () and names_of(inner.__code__) == ("SCALE",)
+
+
+def test_captured_keys_the_arrays_of_the_enclosing_scope_by_identity():
+    """Without compiling: a field and a JAX array found through closures and a partial,
+    ``depth`` levels down; equal keys for the same arrays, another for a rebound one."""
+    import functools
+
+    import jax.numpy as jnp
+
+    from pgas.loop.outside import Same, captured
+
+    mesh = pgas.make_mesh(("x",), devices=2)
+
+    def make(field, plain):
+        def inner(u):
+            return u * field
+
+        def step(u):
+            return inner(u) * plain[0]
+
+        return step
+
+    field, plain = pgas.from_numpy(np.ones(8), mesh), jnp.ones(3)
+    keys = captured(make(field, plain))
+    assert {id(k.obj) for k in keys} == {id(field.data), id(plain)}
+    assert [k.field for k in keys if k.obj is field.data] == [field]  # a field a loop extends
+    assert [k.field for k in keys if k.obj is plain] == [None]
+    assert captured(make(field, plain)) == keys and hash(captured(make(field, plain))) == hash(keys)
+    rebound = pgas.from_numpy(np.ones(8), mesh)
+    assert captured(make(rebound, plain)) != keys
+    assert [k.obj for k in captured(make(field, plain), depth=1)] == [plain]  # inner not followed
+    assert captured(functools.partial(lambda u, k: u * k, k=field)) == (Same(field.data),)
