@@ -5,7 +5,7 @@ cotangent of the result, where ``S`` is the step's linear part. When ``S``
 does not depend on the state (the step is affine in it: heat, advection,
 any linear stencil with fixed coefficients), pgas builds ``S^T`` as a step of
 its own (:func:`transposed`) and runs it for ``n`` steps through the loop
-the forward runs (:func:`pgas.loop.timeloop.program`): deep halos, double
+the forward runs (:func:`pgas.loop.programs.program`): deep halos, double
 buffers, one exchange per ``k`` steps, nothing stored per step and no
 recomputation. JAX's own transpose of the loop would give each step a
 block-sized pad per read and their sum, exchanging every step
@@ -39,7 +39,7 @@ not transposed here.
 Everything else (a nonlinear step, a derivative with respect to ``params`` or a
 captured coefficient, a traced array read from the enclosing scope, scalars in the
 state) is differentiated by JAX through
-the single-step loop of :func:`pgas.loop.timeloop._differentiable`.
+the single-step loop of :func:`pgas.loop.derivative.differentiable`.
 
 Cost. A transposed sub-step is one fusion, but the transpose of a window read is
 a ``pad``, and XLA's CPU code for a sum of pads costs more than the forward's
@@ -62,7 +62,7 @@ import jax.numpy as jnp
 from jax.extend.core import Var
 
 from pgas.globalview.array import GlobalArray
-from pgas.globalview.lower import blocks_of, narrowed
+from pgas.globalview.forms import blocks_of, narrowed
 from pgas.grid.decomposition import ext_of, ext_sides
 from pgas.loop.frames import step_fn
 
@@ -200,7 +200,7 @@ def transposed(step: Callable, takes_params: bool, widths: tuple[int, ...]) -> C
     """The transposed step of an affine ``step``, as a step on frames (``widths``: its reach
     per axis, :func:`adjoint_reach`): ``adj(state)`` or ``adj(state, params)``.
 
-    It runs inside a loop of :func:`pgas.loop.timeloop.program` only (it is given frames,
+    It runs inside a loop of :func:`pgas.loop.programs.program` only (it is given frames,
     fields extended by at least ``widths`` per side).
     """
 

@@ -1,4 +1,4 @@
-"""What a user's function reads from outside: the numbers a compiled program bakes in.
+"""What a user's function reads from outside: the numbers and arrays a compiled program bakes in.
 
 A step (or ``converged``, or ``observe``) that reads a number from a module
 global or from an enclosing function's variable is traced once: the value it
@@ -17,7 +17,7 @@ and its closure cells, holding a Python ``bool``, ``int``, ``float`` or
 :data:`SMALL` such values; followed into the plain Python functions found
 there (:data:`DEPTH` levels, each function once), the function a
 ``functools.partial`` wraps and a bound method's function. Arrays of pgas
-and JAX are keyed by identity elsewhere (:func:`pgas.loop.timeloop.captured`);
+and JAX are keyed by identity instead (:func:`captured`, each in a :class:`Same`);
 larger NumPy arrays, object attributes and module attributes (``config.tol``)
 are not followed.
 
@@ -39,9 +39,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
-__all__ = ["numbers_read", "names_of", "SMALL", "DEPTH"]
+from pgas.globalview.array import GlobalArray
+
+__all__ = ["numbers_read", "names_of", "captured", "Same", "SMALL", "DEPTH"]
 
 SMALL = 64  #: elements of a NumPy array, tuple, list or dict compared by value, at most
 DEPTH = 2  #: levels of functions followed below the one given
@@ -148,3 +151,70 @@ def numbers_read(*fns: Callable | None) -> tuple:
         if fn is not None:
             visit(fn, DEPTH)
     return tuple(out)
+
+
+class Same:
+    """An object compared by identity (a cache key part that holds the object alive);
+    ``field``: the :class:`~pgas.globalview.array.GlobalArray` whose data ``obj`` is (not part
+    of the key).
+
+    >>> a, b = [1.0], [1.0]
+    >>> Same(a) == Same(a), Same(a) == Same(b)
+    (True, False)
+    """
+
+    __slots__ = ("obj", "field")
+
+    def __init__(self, obj, field: GlobalArray | None = None):
+        self.obj, self.field = obj, field
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Same) and other.obj is self.obj
+
+
+def captured(step: Callable, depth: int = 3) -> tuple:
+    """The arrays (:class:`GlobalArray` data, ``jax.Array``) ``step`` reads from its enclosing
+    scope: its closure cells and the globals its code names, and those of the functions
+    found there (``depth`` levels), each in a :class:`Same`. A compiled program holds such
+    arrays as constants; the program cache keys on them by identity, so a rebound array gives
+    a new program.
+
+    >>> import numpy as np, pgas
+    >>> c = pgas.from_numpy(np.ones(3), pgas.make_mesh(devices=1))
+    >>> len(captured(lambda u: u * c))
+    1
+    """
+    found: list = []
+    seen: set[int] = set()
+
+    def visit(obj, level: int) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, GlobalArray):
+            plain = obj.ext is None and not obj.batch_ndim  # a field a loop can extend
+            found.append(Same(obj.data, obj if plain else None))
+        elif isinstance(obj, jax.Array):
+            found.append(Same(obj))
+        elif isinstance(obj, (list, tuple, dict)) and level > 0:
+            for x in obj.values() if isinstance(obj, dict) else obj:
+                visit(x, level - 1)
+        elif isinstance(obj, functools.partial) and level > 0:
+            for x in (obj.func, *obj.args, *obj.keywords.values()):
+                visit(x, level - 1)
+        elif callable(obj) and level > 0 and hasattr(obj, "__code__"):
+            for cell in obj.__closure__ or ():
+                try:
+                    visit(cell.cell_contents, level - 1)
+                except ValueError:  # an empty cell
+                    pass
+            names = obj.__globals__
+            for name in obj.__code__.co_names:
+                if name in names:
+                    visit(names[name], level - 1)
+
+    visit(step, depth)
+    return tuple(found)

@@ -63,11 +63,12 @@ from pgas.errors import PgasError
 from pgas.globalview.reduce import recorded
 from pgas.loop import counts, kept, returns
 from pgas.loop.decision import all_finite, called, check_converged
-from pgas.loop.outside import numbers_read
+from pgas.loop.outside import Same, captured, numbers_read
 from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
+from pgas.loop.programs import program, sides
 from pgas.loop.scalars import check_state
-from pgas.loop.timeloop import _check_params, _Same, _sides, captured, program
+from pgas.loop.timeloop import check_params
 
 __all__ = [
     "run_until",
@@ -124,14 +125,14 @@ class SameCode:
 def _code_key(fn: Callable):
     code = getattr(fn, "__code__", None)
     if code is None:
-        return _Same(fn)
+        return Same(fn)
     try:
         cells = tuple(_typed(c.cell_contents) for c in fn.__closure__ or ())
         defaults = tuple(_typed(d) for d in fn.__defaults__ or ())
         key = (code, cells, defaults, _typed(tuple(sorted((fn.__kwdefaults__ or {}).items()))))
         hash(key)
     except (TypeError, ValueError):  # an unhashable value, an empty cell
-        return _Same(fn)
+        return Same(fn)
     return key
 
 
@@ -144,7 +145,7 @@ def _typed(value):
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         return (type(value), value)
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)):
-        return _Same(value)
+        return Same(value)
     raise TypeError(f"{type(value).__name__} is compared by identity")
 
 
@@ -393,7 +394,8 @@ def run_until(
         steps_per_exchange: ``k`` or ``"auto"``, as for :func:`pgas.run`; with
             ``"auto"`` ``k`` is lowered to divide ``check_every``.
         donate: hand ``state``'s buffers to the loop, as :func:`pgas.run`'s
-            ``donate``: no copy of the state, but ``state`` is invalid afterwards.
+            ``donate``: no copy of the state (but of a buffer it holds twice, or
+            that ``params`` holds too), but ``state`` is invalid afterwards.
             Default False: the loop works on a copy and ``state`` stays usable.
 
     Returns:
@@ -432,7 +434,7 @@ def run_until(
     (4, array([0. , 0.5, 0. , 0. ]))
     """
     check_args(max_steps, check_every, steps_per_exchange)
-    _check_params(params)
+    check_params(params)
     check_state(state)
     how = make_plan(step, state, steps_per_exchange, params=params)
     every, note = choose_check_every(check_every, how.steps_per_exchange, how.reduces)
@@ -448,7 +450,7 @@ def run_until(
 
     def loop(steps: int) -> Callable:
         return _loop(step, converged, how.steps_per_exchange, how.widths, how.double, every,
-                     steps, params is not None, keys, tuple(sorted(_sides(how).items())),
+                     steps, params is not None, keys, tuple(sorted(sides(how).items())),
                      reads, checks)  # fmt: skip
 
     traced = any(isinstance(x, jax.core.Tracer)
@@ -458,7 +460,7 @@ def run_until(
             counts.check_traced("max_steps", max_steps, "inside a trace")
             out, n, done, finite = _forward_only(loop(max_steps))(state, params)
             return Until(out, n, done, every, how, note, finite)
-        out, n = state if donate else kept.entered(lambda s: s, state), 0
+        out, n = kept.distinct(state, params) if donate else kept.entered(lambda s: s, state), 0
         for size in counts.pieces(max_steps, every):  # one loop unless past 2**31 - 1 steps
             out, m, done, finite = _compiled(loop(size))(out, params)
             n, done, finite = n + int(m), bool(done), bool(finite)

@@ -1,24 +1,20 @@
 """Reverse mode of a step affine in its state: the transposed step through the deep-halo loop.
 
 Each gradient is checked against the transpose of the step's matrix, built here by
-applying a NumPy version of the step (written in this file) to the unit vectors; the
-compiled gradient program is read for its collectives.
+applying a NumPy version of the step (written in this file) to the unit vectors. The
+gradient program's collectives: test_derivative.py; a vmap of it: test_batching.py.
 """
 
 import math
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import heat_adjoint, heat_numpy
 from stencils import advect_diffuse, downwind, heat, ring, two_below, upwind, upwind2d
 
 import pgas
 from pgas.loop.adjoint import affine, transposable
-
-PERMUTE = re.compile(r"= \S+\[([\d,]+)\]\S* collective-permute\(")
 
 
 def matrix(step_numpy, shape) -> np.ndarray:
@@ -133,22 +129,6 @@ def test_a_coefficient_fields_transposed_step_reads_it_in_params_and_from_the_en
     np.testing.assert_allclose(jax.jit(jax.grad(closed))(u).to_numpy(), want, rtol=1e-12)
 
 
-def test_the_reverse_pass_of_an_affine_step_exchanges_deep_halos():
-    """JAX's transpose of the loop exchanges one cell per step; the transposed step runs
-    through the deep-halo loop: every collective-permute of the gradient carries at least
-    two cells (the forward's k cells, the adjoint's 2k), and none gathers."""
-    x0 = np.random.default_rng(9).random(4096)
-    mesh = pgas.make_mesh(("x",), devices=2)
-    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
-    grad = jax.jit(jax.grad(lambda u: pgas.sum(pgas.run(heat, u, 64) ** 2))).lower(u).compile()
-    hlo = grad.as_text()
-    widths = [int(s.split(",")[-1]) for s in PERMUTE.findall(hlo)]
-    assert widths and min(widths) >= 2, widths
-    assert "all-gather" not in hlo and "all-to-all" not in hlo
-    np.testing.assert_allclose(grad(u).to_numpy(), heat_adjoint(2 * heat_numpy(x0, 64), 64),
-                               rtol=1e-12)  # fmt: skip
-
-
 def test_affine_tells_a_linear_step_from_a_nonlinear_one():
     """Affine steps on fields without Neumann faces are transposed; the rest (also the
     Neumann cases above) are differentiated through JAX's transpose of the single-step
@@ -170,29 +150,6 @@ def test_affine_tells_a_linear_step_from_a_nonlinear_one():
     assert not affine(clipped, u)
     with_time = {"u": u, "t": jnp.float64(0.0)}  # a scalar in the state
     assert not affine(lambda s: {"u": s["u"], "t": s["t"] + 1.0}, with_time)
-
-
-def test_vmap_and_grad_compose_with_the_transposed_loop():
-    """A vmap of a (jitted) gradient runs the transposed loop batched, through pgas's
-    batching rule for linear_call; a gradient of a vmap transposes the derivative's loop
-    instead. Both give the numbers of a loop over the values."""
-    mesh = pgas.make_mesh(("x",), devices=2)
-    u = pgas.from_numpy(np.random.default_rng(10).random(30), mesh, boundary=pgas.Keep())
-
-    def step(u, c):
-        u[1:-1] = (1 - 2 * c) * u[1:-1] + c * (u[:-2] + u[2:])
-        return u
-
-    def loss(u, c):
-        return pgas.sum(pgas.run(step, u, 7, params=c) ** 2)
-
-    cs = jnp.array([0.05, 0.2])
-    grad = jax.jit(jax.grad(loss))
-    each = np.stack([grad(u, c).to_numpy() for c in cs])
-    np.testing.assert_allclose(jax.jit(jax.vmap(lambda c: grad(u, c).data))(cs), each,
-                               rtol=1e-12)  # fmt: skip
-    total = jax.jit(jax.grad(lambda u: jax.vmap(lambda c: loss(u, c))(cs).sum()))(u)
-    np.testing.assert_allclose(total.to_numpy(), each.sum(0), rtol=1e-12)
 
 
 def _leapfrog(s):

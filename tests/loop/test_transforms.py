@@ -1,4 +1,5 @@
-"""pgas.run inside JAX: jit, grad, jvp and vmap; params; reductions of expressions.
+"""pgas.run inside JAX: grad, jvp and vmap; params; reductions of expressions (jit:
+test_traced.py).
 
 Gradients are checked against adjoints written here by hand (the transposed
 stencil) for linear stencils, and against central differences in float64 for
@@ -60,39 +61,7 @@ def shifted_heat_adjoint(g: np.ndarray, bc, steps: int, c=0.125) -> np.ndarray:
     return g
 
 
-# ---- 1. jit ------------------------------------------------------------------------------
-def test_jit_of_run_is_the_standalone_run_bitwise_with_the_same_collectives():
-    x0 = np.random.default_rng(0).random(101)
-    mesh = pgas.make_mesh(("x",), devices=3)
-
-    def make():
-        return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
-
-    for k in (1, "auto"):  # auto: k = 16, the double-buffered loop
-        want = pgas.run(heat, make(), 37, steps_per_exchange=k).to_numpy()
-        f = jax.jit(lambda u, k=k: pgas.run(heat, u, 37, steps_per_exchange=k))
-        np.testing.assert_array_equal(f(make()).to_numpy(), want)
-        np.testing.assert_array_equal(want, heat_numpy(x0, 37))
-        mine = collectives(f.lower(make()).compile().as_text())
-        alone = collectives(pgas.loop.compiled(heat, make(), k).as_text())
-        assert mine == alone and {kind for kind, _ in mine} == {"collective-permute"}
-    state, snaps = pgas.run(heat, make(), 36, snapshot_every=12)
-    s2, n2 = jax.jit(lambda u: pgas.run(heat, u, 36, snapshot_every=12))(make())
-    np.testing.assert_array_equal(n2.to_numpy(), snaps.to_numpy())
-    np.testing.assert_array_equal(s2.to_numpy(), state.to_numpy())
-    _, totals = jax.jit(lambda u: pgas.run(heat, u, 36, snapshot_every=12, observe=pgas.sum))(
-        make()
-    )
-    np.testing.assert_allclose(totals, [heat_numpy(x0, t).sum() for t in (12, 24, 36)])
-    # a traced step count (forward only) and lax.scan around run
-    g = jax.jit(lambda u, n: pgas.run(heat, u, n))
-    np.testing.assert_array_equal(g(make(), 37).to_numpy(), heat_numpy(x0, 37))
-    np.testing.assert_array_equal(g(make(), 5).to_numpy(), heat_numpy(x0, 5))
-    out, _ = jax.lax.scan(lambda u, _: (pgas.run(heat, u, 4), None), make(), None, length=3)
-    np.testing.assert_array_equal(out.to_numpy(), heat_numpy(x0, 12))
-
-
-# ---- 2. reverse mode ---------------------------------------------------------------------
+# ---- 1. reverse mode ---------------------------------------------------------------------
 CASES = [  # shape, mesh shape, boundary
     ((17,), (1,), pgas.Periodic()),
     ((17,), (3,), pgas.Dirichlet(1.0)),  # blocks 6, 6, 5: auto is k = 5, in pairs of groups
@@ -186,50 +155,7 @@ def test_gradient_with_respect_to_a_coefficient_field():
     np.testing.assert_allclose(np.sum(g * d), fd / (2 * eps), rtol=1e-7)
 
 
-def test_gradient_memory_grows_as_the_square_root_of_steps():
-    """XLA's memory analysis of the gradient program: at most 2.5 sqrt(steps) + 10 blocks."""
-    mesh = pgas.make_mesh(("x",), devices=2)
-    u = pgas.from_numpy(np.zeros(2**12, np.float32), mesh, boundary=pgas.Keep())
-    block = 2**11 * 4
-    for steps in (100, 1000):
-        loss = lambda u, n=steps: pgas.sum(pgas.run(heat, u, n))  # noqa: E731
-        m = jax.jit(jax.grad(loss)).lower(u).compile().memory_analysis()
-        peak = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-        assert (peak - m.alias_size_in_bytes) / block <= 2.5 * math.sqrt(steps) + 10
-
-
-@pytest.mark.parametrize("k", [1, 4])
-def test_a_linear_steps_gradient_stores_nothing_per_step(k):
-    """Without rematerialisation the gradient of a linear step needs no forward value, and
-    its update masks are loop-invariant: XLA's temporaries do not grow with the steps. A mask
-    stored per step as a residual (the counter-tied masks of the standalone loop) would add a
-    quarter block (a byte per float32 cell) per step: 24 blocks from 32 to 128 steps."""
-    u = pgas.from_numpy(np.zeros(2**12, np.float32), pgas.make_mesh(("x",), devices=2),
-                        boundary=pgas.Keep())  # fmt: skip
-    block = 2**11 * 4
-    temps = []
-    for steps in (32, 128):
-        loss = lambda u, n=steps: pgas.sum(pgas.run(heat, u, n, steps_per_exchange=k,  # noqa: E731
-                                                    remat_every=None) ** 2)  # fmt: skip
-        compiled = jax.jit(jax.grad(loss)).lower(u).compile()
-        temps.append(compiled.memory_analysis().temp_size_in_bytes)
-    assert temps[1] - temps[0] < block, [t / block for t in temps]
-
-
-def test_the_forward_under_jit_is_not_cut_into_rematerialised_segments():
-    """Only the derivative's loop is differentiated, so only it carries segments under
-    jax.checkpoint; the forward loop of a jitted run is the standalone one (segments slowed
-    the forward, and each made a fresh spare buffer)."""
-    u = pgas.from_numpy(np.zeros(64, np.float32), pgas.make_mesh(("x",), devices=2),
-                        boundary=pgas.Keep())  # fmt: skip
-    forward = str(jax.make_jaxpr(lambda u: pgas.run(heat, u, 100))(u))
-    assert "checkpoint" not in forward and "remat" not in forward
-    nonlinear = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
-    derivative = str(jax.make_jaxpr(jax.grad(nonlinear))(u))
-    assert "checkpoint" in derivative or "remat" in derivative
-
-
-# ---- 3. forward mode and vmap ------------------------------------------------------------
+# ---- 2. forward mode and vmap ------------------------------------------------------------
 def test_jvp_and_vmap_over_params():
     x0 = np.random.default_rng(5).random(50)
     mesh = pgas.make_mesh(("x",), devices=2)
@@ -288,7 +214,7 @@ def test_vmap_over_params_is_a_loop_bitwise_without_fused_multiply_adds():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-# ---- 4. params ---------------------------------------------------------------------------
+# ---- 3. params ---------------------------------------------------------------------------
 def test_new_params_reuse_the_compiled_program(compiles):
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     rng = np.random.default_rng(6)
@@ -344,8 +270,6 @@ def test_a_rebound_array_of_the_enclosing_scope_is_never_stale():
 def test_bad_inputs_under_a_trace_and_in_params():
     mesh = pgas.make_mesh(("x",), devices=2)
     u = pgas.from_numpy(np.zeros(16), mesh)
-    with pytest.raises(PgasError, match="chunk and callback cannot run inside a trace"):
-        jax.jit(lambda u: pgas.run(heat, u, 4, chunk=2, callback=print))(u)
     with pytest.raises(PgasError, match=r"params\['dt'\] is a str \('0.1'\).*functools.partial"):
         pgas.run(lambda u, p: u, u, 2, params={"dt": "0.1"})
     with pytest.raises(PgasError, match="remat_every = 0: give a whole number >= 1"):
@@ -354,7 +278,7 @@ def test_bad_inputs_under_a_trace_and_in_params():
         jax.jit(lambda u, n: pgas.run(heat, u, n, snapshot_every=2))(u, 4)
 
 
-# ---- 5. reductions of expressions --------------------------------------------------------
+# ---- 4. reductions of expressions --------------------------------------------------------
 def test_reductions_of_expressions_are_one_scalar_all_reduce():
     rng = np.random.default_rng(8)
     x, y = rng.standard_normal((13, 7)), rng.standard_normal((13, 7))
@@ -427,10 +351,12 @@ def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
     np.testing.assert_allclose(out, numpy_run(0.5 * k0, 0.02), rtol=1e-13)
 
     u, key = make(), explicit.region_key(inner)
-    tree, leaves, fields = explicit._split_params(p, u.layout)
+    tree, leaves, fields = explicit.params.split_params(p, u.layout)
     hlo = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
-    tree, leaves, fields = explicit._split_params({"c": 0.05, "k": jnp.full((3, 3), 0.1)}, u.layout)
+    tree, leaves, fields = explicit.params.split_params(
+        {"c": 0.05, "k": jnp.full((3, 3), 0.1)}, u.layout
+    )
     scalars = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
     field, alone = permutes_per_computation(hlo), permutes_per_computation(scalars)

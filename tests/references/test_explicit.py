@@ -1,5 +1,7 @@
 """The explicit ppermute path: bitwise equal to the automatic path, same collectives."""
 
+import sys
+
 import helpers
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,9 @@ import pgas
 from pgas.references import explicit
 
 HEAT_REGION = (slice(1, -1),)
+C = 0.1  # read by _heat_c below: a module-level number the compiled programs bake in
+TOL = 1e-2  # read by _small and _small_state below
+HERE = sys.modules[__name__]
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 4, 8])
@@ -219,3 +224,133 @@ def test_bad_halo_per_side(halo):
     u = pgas.from_numpy(np.zeros(16), pgas.make_mesh(("x",), devices=2))
     with pytest.raises(pgas.errors.HaloError, match=r"halo = .*\(below, above\)"):
         explicit.plan(u, halo)
+
+
+# ---- numbers read from outside key the programs (issue 32, item 4) ----
+def _heat_c(e):
+    return e[1:-1] + C * (e[:-2] - 2 * e[1:-1] + e[2:])
+
+
+def _heat_c_state(e, reduce):
+    return {"u": _heat_c(e["u"]), "n": e["n"] + 1}
+
+
+def _jacobi(e):
+    return 0.5 * (e[:-2] + e[2:])
+
+
+def _jacobi_state(e, reduce):
+    u = _jacobi(e["u"])
+    return {"u": u, "top": reduce(abs(u), "max")}
+
+
+def _small(e, reduce):
+    return reduce(abs(e[1:-1]), "max") < TOL
+
+
+def _small_state(e, reduce):
+    return e["top"] < TOL
+
+
+X0 = np.sin(np.linspace(0, np.pi, 24)) ** 2
+
+
+def _heat_numpy(x, c, steps):
+    x = x.copy()
+    for _ in range(steps):
+        x[1:-1] = x[1:-1] + c * (x[:-2] - 2 * x[1:-1] + x[2:])
+    return x
+
+
+def _jacobi_steps(x, tol, every, max_steps):
+    """The steps NumPy's Jacobi iteration takes until max |x[1:-1]| < tol, checked every
+    ``every`` steps."""
+    x, n = x.copy(), 0
+    while n < max_steps:
+        for _ in range(every):
+            x[1:-1] = 0.5 * (x[:-2] + x[2:])
+        n += every
+        if np.abs(x[1:-1]).max() < tol:
+            break
+    return n
+
+
+def test_run_follows_a_module_level_number(monkeypatch, compiles):
+    """A kernel reading a module global runs with its value at the call (it ran with the value
+    of the first call: the program was cached per kernel); the same value, the same program."""
+    mesh = pgas.make_mesh(("x",), devices=2)
+    for c in (0.1, 0.3):
+        monkeypatch.setattr(HERE, "C", c)
+        u = pgas.from_numpy(X0, mesh, boundary=pgas.Keep())
+        out = explicit.run(_heat_c, u, 12)
+        np.testing.assert_allclose(out.to_numpy(), _heat_numpy(X0, c, 12), rtol=1e-13)
+        state = {"u": pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), "n": 0}
+        out = explicit.run(_heat_c_state, state, 12)
+        np.testing.assert_allclose(out["u"].to_numpy(), _heat_numpy(X0, c, 12), rtol=1e-13)
+        assert int(out["n"]) == 12
+    compiles.clear()
+    explicit.run(_heat_c, pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), 12).to_numpy()
+    assert compiles == []  # C unchanged: the program of the last call
+
+
+def test_run_until_follows_a_module_level_tol(monkeypatch):
+    mesh = pgas.make_mesh(("x",), devices=3)
+    seen = set()
+    for tol in (1e-1, 1e-3):
+        monkeypatch.setattr(HERE, "TOL", tol)
+        want = _jacobi_steps(X0, tol, 4, 2000)
+        u = pgas.from_numpy(X0, mesh, boundary=pgas.Keep())
+        out = explicit.run_until(_jacobi, u, _small, 2000, check_every=4)
+        assert out.converged and out.steps_taken == want, tol
+        state = {"u": pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), "top": 1.0}
+        out = explicit.run_until(_jacobi_state, state, _small_state, 2000, check_every=4)
+        assert out.converged and out.steps_taken == want, tol
+        seen.add(want)
+    assert len(seen) == 2  # the two tolerances stop at different steps
+
+
+# ---- one buffer twice among what a program consumes (issue 32) ----
+def _halve_both(e, reduce):
+    return {"r": 0.5 * e["r"][1:-1], "p": e["p"][1:-1] + 1.0}
+
+
+def _never(e, reduce):
+    return reduce(e["r"][1:-1]) < -1.0
+
+
+@pytest.mark.parametrize("twice", ["same", "copy"])
+def test_a_state_holding_one_array_twice_runs(twice):
+    """``{"r": b, "p": b}`` (or ``b.copy()``, the same buffer) made XLA refuse to donate one
+    buffer twice, and the process crash; the repeat is copied before donating."""
+    x0 = np.arange(8.0)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
+    other = b if twice == "same" else b.copy()
+    out = explicit.run(_halve_both, {"r": b, "p": other}, 3)
+    np.testing.assert_array_equal(out["r"].to_numpy(), x0 / 8)
+    np.testing.assert_array_equal(out["p"].to_numpy(), x0 + 3)
+    b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
+    other = b if twice == "same" else b.copy()
+    with pytest.warns(pgas.NonConvergenceWarning):
+        out = explicit.run_until(_halve_both, {"r": b, "p": other}, _never, 3)
+    np.testing.assert_array_equal(out.state["r"].to_numpy(), x0 / 8)
+    np.testing.assert_array_equal(out.state["p"].to_numpy(), x0 + 3)
+    s = jnp.asarray(2.0)  # a scalar twice
+    out = explicit.run(lambda e, reduce: {"u": e["u"][1:-1], "a": e["a"] + 1, "b": e["b"] * 2},
+                       {"u": pgas.from_numpy(x0, mesh), "a": s, "b": s}, 2)  # fmt: skip
+    assert (float(out["a"]), float(out["b"])) == (4.0, 8.0)
+
+
+def test_a_field_that_is_also_a_param_runs():
+    """The donated field given again in params (read, not consumed) crashed the same way."""
+    x0 = np.arange(8.0)
+    mesh = pgas.make_mesh(("x",), devices=2)
+    b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
+    out = explicit.run(lambda e, p: e[1:-1] + p[1:-1], b, 3, params=b)
+    np.testing.assert_array_equal(out.to_numpy(), 4 * x0)
+    b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
+    with pytest.warns(pgas.NonConvergenceWarning):
+        out = explicit.run_until(lambda e, p: e[1:-1] + p[1:-1], b,
+                                 lambda e, p, reduce: reduce(e[1:-1]) < 0, 3, params=b)  # fmt: skip
+    np.testing.assert_array_equal(out.state.to_numpy(), 4 * x0)
+    np.testing.assert_array_equal(b.to_numpy(), x0)  # the param is left as it was

@@ -12,11 +12,18 @@ One module per concept:
 - :mod:`pgas.mpi.grid`: :class:`CartGrid`, which block each rank holds;
 - :mod:`pgas.mpi.exchange`: :func:`exchange_halo` (``Sendrecv`` of ghost slabs);
 - :mod:`pgas.mpi.collectives`: :func:`allreduce`, :func:`gather`;
+- :mod:`pgas.mpi.block`: this rank's block with its ghost rim and the
+  deep-halo sub-steps, :func:`plan` (``k``);
+- :mod:`pgas.mpi.result`: :class:`RunResult`, what every run returns;
 - :mod:`pgas.mpi.loop`: :func:`run`, the time loop with deep halos
   (``steps_per_exchange``), bitwise equal to a single-process NumPy loop for
   any rank count;
+- :mod:`pgas.mpi.checks`: ``reduce`` over all ranks and the loop of steps and
+  checks;
 - :mod:`pgas.mpi.until`: :func:`run_until`, the same loop until a test holds
   (one ``Allreduce`` per reduction in each check);
+- :mod:`pgas.mpi.state`: state dicts (several fields and scalars, reductions
+  inside the step) for both;
 - :mod:`pgas.mpi.params`: the ``params`` of both (scalars, read-only fields
   exchanged once per run).
 """

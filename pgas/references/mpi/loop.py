@@ -31,270 +31,22 @@ Contract of :func:`run`:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from pgas.errors import IndexingError, ShapeMismatchError
 from pgas.grid import schedule
-from pgas.grid.boundary import normalize_boundary
-from pgas.grid.decomposition import BlockAxis, dims_create, halo_sides
-from pgas.loop.plan import Plan, choose_steps_per_exchange
+from pgas.references.mpi.block import Block, initialize, plan, setup, update_bounds
 from pgas.references.mpi.collectives import gather as gather_to_root
-from pgas.references.mpi.exchange import (
-    MessageCounter,
-    check_exchange,
-    exchange,
-    fill_edges,
-    sides_of,
-)
-from pgas.references.mpi.grid import CartGrid, cart_grid, fill_local
+from pgas.references.mpi.exchange import MessageCounter
+from pgas.references.mpi.grid import CartGrid
 from pgas.references.mpi.params import bind, fitted_params
+from pgas.references.mpi.result import RunResult
+from pgas.references.mpi.state import run_state
 from pgas.references.mpi.world import MPI, abort_on_error, check_world
 
 __all__ = ["RunResult", "plan", "run"]
-
-_SLAB = 1 << 17  # cells per slab of a sub-step: the kernel's temporaries are a slab's
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    """What :func:`run` returns.
-
-    Attributes:
-        field: the final global field on rank 0 (``None`` elsewhere, and everywhere
-            when :func:`run` was called with ``gather=False``); for a state dict, a
-            dict of each gathered field and each scalar.
-        seconds: wall time of the time loop (between barriers; no set-up, no gather).
-        steps: time steps run.
-        messages_per_step: messages sent per physical step (total / steps),
-            summed over ranks.
-        bytes_per_step: bytes sent per physical step, summed over ranks.
-        rank_messages_per_step: messages sent per physical step by each rank.
-        rank_bytes_per_step: bytes sent per physical step by each rank.
-        grid: description of the layout (:meth:`CartGrid.describe`).
-        dims: ranks per axis.
-        snapshots: with ``snapshot_every=k``, the global field at steps
-            ``0, k, 2k, ..., steps`` stacked on a leading axis, on rank 0 only
-            (``None`` elsewhere and without ``snapshot_every``).
-        snapshot_steps: the step number of each snapshot (every rank).
-        steps_per_exchange: ``k``, physical steps per halo exchange.
-        note: why ``k`` is lower than requested (blocks too small), else ``""``.
-        wall_seconds: wall time of the time loop as the caller waited for it,
-            snapshot gathers and callbacks included (``seconds`` leaves them out).
-        converged: from :func:`pgas.mpi.run_until`: whether ``converged`` held at
-            the last check (``None`` from :func:`run`).
-        check_every: from :func:`pgas.mpi.run_until`: steps between checks.
-        allreduces: ``Allreduce`` calls of this rank (one per reduction, two per
-            reproducible sum): the checks of :func:`pgas.mpi.run_until` and the
-            reductions of a state dict's kernel.
-        finite: from :func:`pgas.mpi.run_until`: ``False`` where it stopped at a
-            check whose reductions (or a float scalar of a state dict) were NaN or
-            infinite, as :func:`pgas.run_until` stops (``None`` from :func:`run`).
-    """
-
-    field: np.ndarray | None
-    seconds: float
-    steps: int
-    messages_per_step: float
-    bytes_per_step: float
-    rank_messages_per_step: tuple[float, ...]
-    rank_bytes_per_step: tuple[float, ...]
-    grid: str
-    dims: tuple[int, ...]
-    snapshots: np.ndarray | None = dataclasses.field(default=None, repr=False)
-    snapshot_steps: tuple[int, ...] = ()
-    steps_per_exchange: int = 1
-    note: str = ""
-    wall_seconds: float = float("nan")
-    converged: bool | None = None
-    check_every: int | None = None
-    allreduces: int = 0
-    finite: bool | None = None
-
-
-def _update_bounds(grid: CartGrid, halo, faces, region) -> list[tuple[int, int]]:
-    """Global ``[lo, hi)`` per axis of the cells that are updated (region minus Keep cells)."""
-    if region is None:
-        region = (slice(None),) * grid.ndim
-    elif isinstance(region, slice):
-        region = (region,)
-    if not isinstance(region, tuple) or len(region) != grid.ndim:
-        raise IndexingError(
-            f"region = {region!r}: give a tuple of {grid.ndim} slices, "
-            f"e.g. {(slice(1, -1),) * grid.ndim}"
-        )
-    bounds = []
-    for a, (s, ax) in enumerate(zip(region, grid.axes, strict=True)):
-        if not isinstance(s, slice) or s.step not in (None, 1):
-            raise IndexingError(
-                f"region[{a}] = {s!r}: each entry must be a slice with unit "
-                f"step; write slice(i, i + 1) for a single index"
-            )
-        lo, hi, _ = s.indices(ax.size)
-        keep = max(sides_of(halo)[a])  # the larger side, as the automatic path keeps
-        if faces[a][0].keeps:
-            lo = max(lo, keep)
-        if faces[a][1].keeps:
-            hi = min(hi, ax.size - keep)
-        bounds.append((lo, hi))
-    return bounds
-
-
-class _Block:
-    """This rank's cells with a ghost rim ``k * halo`` wide (``k * below`` before the block
-    and ``k * above`` after it, per axis), and the sub-step machinery."""
-
-    def __init__(self, grid, halo, faces, bounds, k, dtype) -> None:
-        self.grid, self.faces, self.k = grid, faces, k
-        self.halo = sides_of(halo)  # (below, above) per axis
-        self.rim = tuple((k * lo, k * hi) for lo, hi in self.halo)
-        n = grid.local_shape
-        self.ext = np.zeros([m + lo + hi for m, (lo, hi) in zip(n, self.rim)], np.dtype(dtype))
-        self.core = self.ext[tuple(slice(r, r + m) for m, (r, _) in zip(n, self.rim))]
-        # Per axis: may the cell at each position of ext take the kernel's value?
-        self.masks = []
-        for a, (lo, hi) in enumerate(bounds):
-            g = grid.axes[a].offset(grid.coords[a]) - self.rim[a][0] + np.arange(self.ext.shape[a])
-            ax_size = grid.axes[a].size
-            g = g % ax_size if grid.periods[a] else g
-            self.masks.append((g >= lo) & (g < hi) & (g >= 0) & (g < ax_size))
-        self.checked = False
-
-    def view(self, width: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, list | None]:
-        """The part of ``ext`` with a rim ``width`` wide (``(below, above)`` per axis), and
-        its update mask per axis (of the cells inside the halo; None: all)."""
-        cut = tuple(slice(r - lo, r + m + hi) for (r, _), (lo, hi), m
-                    in zip(self.rim, width, self.grid.local_shape))  # fmt: skip
-        inner = [
-            m[c][lo : len(m[c]) - hi] for m, c, (lo, hi) in zip(self.masks, cut, self.halo)
-        ]  # fmt: skip
-        if all(m.all() for m in inner):
-            return self.ext[cut], None
-        return self.ext[cut], inner
-
-    def advance(self, steps: int, kernel: Callable, counter: MessageCounter,
-                whole: bool = False) -> None:  # fmt: skip
-        """One exchange of a rim ``steps * halo`` wide, then ``steps`` sub-steps (``whole``:
-        the kernel on the whole extended block, for a kernel that reads where it is)."""
-        width = tuple((steps * lo, steps * hi) for lo, hi in self.halo)
-        e, masks = self.view(width)
-        exchange(e, self.grid, width, self.faces, counter)
-        for sub in range(steps):
-            self.substep(e, masks, kernel, whole)
-            if sub < steps - 1:
-                fill_edges(e, self.grid, width, self.faces)
-
-    def substep(self, e: np.ndarray, masks: list[np.ndarray] | None, kernel: Callable,
-                whole: bool = False) -> None:  # fmt: skip
-        """``e``'s cells inside the halo take ``kernel(e)`` where ``masks`` allow, in place.
-
-        The kernel runs on slabs of rows (with their halo), so its temporaries are a
-        slab's, not the block's. A slab's result is written once the next slab is
-        computed (that one still reads the old rows at their border; a slab is at
-        least ``below + above`` rows, so the one after never does), so the values are
-        those of one call on the whole block, bitwise.
-        """
-        lo, hi = self.halo[0]
-        rows = e.shape[0] - lo - hi
-        across = int(np.prod([s - b - a for s, (b, a) in zip(e.shape[1:], self.halo[1:])]))
-        tile = max(rows, 1) if whole else max(lo + hi, 1, _SLAB // max(across, 1))
-        held = None
-        for r0 in range(0, max(rows, 1), tile):
-            r1 = min(r0 + tile, rows)
-            part = e[r0 : r1 + lo + hi]
-            new = np.asarray(kernel(part))
-            if not self.checked:
-                self.check_shape(new.shape, part.shape)
-            if held is not None:
-                self._put(e, masks, *held)
-            held = (r0, r1, new)
-        if held is not None:
-            self._put(e, masks, *held)
-
-    def _put(self, e, masks, r0: int, r1: int, new: np.ndarray) -> None:
-        """Rows ``r0:r1`` of the cells inside the halo take ``new`` where ``masks`` allow."""
-        first = self.halo[0][0]
-        inner = tuple(slice(b, s - a) for (b, a), s in zip(self.halo[1:], e.shape[1:]))
-        target = e[(slice(first + r0, first + r1), *inner)]
-        if masks is None:
-            target[...] = new
-            return
-        mask = masks[0][r0:r1]
-        for m in masks[1:]:
-            mask = mask[..., None] & m
-        np.copyto(target, new, where=mask, casting="unsafe")  # as `target[...] = new`
-
-    def check_shape(self, got: tuple[int, ...], ext_shape: tuple[int, ...]) -> None:
-        want = tuple(s - lo - hi for s, (lo, hi) in zip(ext_shape, self.halo))
-        if tuple(got) != want:
-            symmetric = all(lo == hi for lo, hi in self.halo)
-            halo = tuple(lo for lo, _ in self.halo) if symmetric else self.halo
-            raise ShapeMismatchError(
-                f"kernel returned shape {tuple(got)} on rank {self.grid.rank} for a block of "
-                f"{ext_shape} cells with halo {halo}; return the new values of the cells "
-                f"inside the halo (shape {want}), e.g. 0.5*e[1:-1] + 0.25*(e[:-2] + e[2:]), "
-                f"or e[1:] - c*(e[1:] - e[:-1]) for halo ((1, 0),)"
-            )
-        self.checked = True
-
-
-def plan(global_shape: Sequence[int], halo: int | Sequence[int], dims: int | Sequence[int],
-         steps_per_exchange: int | str = "auto") -> Plan:  # fmt: skip
-    """The plan of an MPI run: ``k`` for the smallest block of ``dims`` ranks, a halo ``k * halo``.
-
-    Args:
-        global_shape: cells per axis of the global field.
-        halo: halo width (one for all axes, one per axis, or a ``(below, above)``
-            pair per axis).
-        dims: ranks per axis, or the number of ranks (split as ``MPI_Dims_create``).
-        steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
-
-    Single-buffered, on the CPU; what :func:`run` runs for the same arguments.
-
-    >>> p = plan((11,), 1, 2, "auto")
-    >>> p.steps_per_exchange, p.halo, p.double
-    (5, (5,), False)
-    >>> plan((11,), ((1, 0),), 2, 4).exchanged
-    ((4, 0),)
-    """
-    if isinstance(dims, int):
-        dims = dims_create(dims, len(global_shape))
-    sides = halo_sides(halo, len(global_shape))
-    widths = tuple(max(p) for p in sides)
-    blocks = [BlockAxis(n, d).min_length for n, d in zip(global_shape, dims, strict=True)]
-    choice = choose_steps_per_exchange(steps_per_exchange, blocks, widths)
-    k = choice.steps_per_exchange
-    one_sided = None if all(lo == hi for lo, hi in sides) else sides
-    return Plan(widths, choice, tuple(k * w for w in widths), "cpu", sides=one_sided)
-
-
-def _setup(global_shape, halo, boundary, grid, dims):
-    faces = normalize_boundary(boundary, len(global_shape))
-    if grid is None:
-        grid = cart_grid(global_shape, dims, tuple(f[0].periodic for f in faces))
-    elif tuple(global_shape) != grid.global_shape:
-        raise ShapeMismatchError(
-            f"global_shape = {tuple(global_shape)} but grid has "
-            f"{grid.global_shape}; pass the grid built for this shape"
-        )
-    sides = halo_sides(halo, grid.ndim)
-    shape = [n + lo + hi for n, (lo, hi) in zip(grid.local_shape, sides)]
-    halo, faces = check_exchange(shape, grid, sides, faces)
-    return grid, halo, faces
-
-
-def _initialize(block: _Block, init: Callable, grid: CartGrid, cells_per_value: int = 1) -> None:
-    try:  # a slab at a time: no block-sized temporaries
-        fill_local(block.core, init, grid, max(1, (1 << 16) // max(1, cells_per_value)))
-    except ValueError as err:
-        raise ShapeMismatchError(
-            f"init returned values that do not fit a block of {grid.local_shape} (filled a "
-            f"slab of rows at a time): compute it elementwise from the index arrays it "
-            f"receives ({err})"
-        ) from None
 
 
 def run(
@@ -404,18 +156,16 @@ def run(
     with abort_on_error():
         check_world()
         if isinstance(init, dict):
-            from pgas.references.mpi.until import _run_state  # until imports this module
-
-            return _run_state(kernel, init, global_shape, dtype, steps, halo, boundary, region,
+            return run_state(kernel, init, global_shape, dtype, steps, halo, boundary, region,
                               grid, dims, snapshot_every, chunk, cells_per_value,
                               steps_per_exchange, params, callback, gather)  # fmt: skip
-        grid, halo, faces = _setup(global_shape, halo, boundary, grid, dims)
+        grid, halo, faces = setup(global_shape, halo, boundary, grid, dims)
         steps = schedule.check_steps(steps)
         every, chunk = schedule.check_schedule(steps, snapshot_every, chunk)
         choice = plan(global_shape, halo, grid.dims, steps_per_exchange).choice
-        bounds = _update_bounds(grid, halo, faces, region)
-        block = _Block(grid, halo, faces, bounds, choice.steps_per_exchange, dtype)
-        _initialize(block, init, grid, cells_per_value)
+        bounds = update_bounds(grid, halo, faces, region)
+        block = Block(grid, halo, faces, bounds, choice.steps_per_exchange, dtype)
+        initialize(block, init, grid, cells_per_value)
         fitted = fitted_params(params, grid, block.halo, block.k, faces, dtype, "pgas.mpi.run")
         counter = MessageCounter()
         snaps = [gather_to_root(block.core, grid)] if every else []

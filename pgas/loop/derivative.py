@@ -1,0 +1,166 @@
+"""The derivative of a loop inside JAX: a ``custom_jvp``; for an affine step, a transposed loop.
+
+Contract: :func:`pgas.loop.timeloop.run` inside a caller's trace
+(:mod:`pgas.loop.traced`) is a ``jax.custom_jvp`` (:func:`differentiable`):
+its primal is the loop of :attr:`pgas.loop.programs.Program.inline`, as fast
+as the standalone run, and its derivative one of two. Either gives the
+numbers of JAX's derivative of the loop.
+
+- A step affine in its state, differentiated with respect to the state only
+  (:func:`pgas.loop.adjoint.transposable`): the tangent is a ``linear_call``
+  whose transpose runs the transposed step through a loop of
+  :func:`pgas.loop.programs.program` (:func:`adjoint_loop`,
+  :mod:`pgas.loop.adjoint`): deep halos and double buffers as the forward has
+  them, nothing stored and nothing recomputed. A ``vmap`` of it runs through
+  the batching rule of :mod:`pgas.loop.batching`.
+- Otherwise the derivative is that of the same loop run one step per exchange
+  with loop-invariant masks (:func:`pgas.loop.iterations.tie`; the same bits at
+  every ``k``), so nothing per step is stored for a linear step and no
+  deep-halo group is transposed. Reverse mode cuts it into rematerialised
+  segments (:func:`pgas.loop.iterations.segments`): about ``2 sqrt(steps)``
+  stored states for one extra forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+
+import pgas.loop.batching  # noqa: F401  (linear_call's batching rule, registered on import)
+from pgas.globalview.array import GlobalArray
+from pgas.loop import adjoint
+from pgas.loop.plan import Plan
+from pgas.loop.programs import program, reads
+
+__all__ = ["differentiable", "adjoint_loop"]
+
+
+def adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Callable | None:
+    """``back(ct, params)``: the transposed step run ``steps`` times through the forward's
+    loop (:mod:`pgas.loop.adjoint`), for a step affine in its state; ``None`` where JAX
+    transposes the derivative's loop instead. Made where reverse mode asks for it (inside
+    the rule of :func:`differentiable`), so a forward run under ``jit`` traces none of it.
+
+    Args:
+        step: the user's step.
+        steps: the forward's step count, a Python int.
+        how: the forward's plan (its reach, ``k`` and platform).
+        held: the arrays the step captures (:func:`pgas.loop.outside.captured`), none traced.
+        state: the forward's state, as the rule sees it.
+        params: the forward's params.
+
+    >>> import numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(16), pgas.make_mesh(devices=1), boundary=pgas.Keep())
+    >>> def heat(u):
+    ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    ...     return u
+    >>> callable(adjoint_loop(heat, 4, pgas.plan.plan(heat, u), (), u, None))
+    True
+    >>> square = lambda u: u * u  # not affine: JAX transposes the derivative's loop
+    >>> adjoint_loop(square, 4, pgas.plan.plan(square, u), (), u, None) is None
+    True
+    """
+    if not adjoint.transposable(step, state, params):
+        return None
+    widths = adjoint.adjoint_reach(how.reach)
+    fields = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
+    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
+                     for a in range(len(widths)))  # fmt: skip
+    read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
+        params, is_leaf=lambda x: isinstance(x, GlobalArray)))  # fmt: skip
+    k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
+    if k < 1:
+        return None
+    takes = params is not None
+    prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
+                   double=how.platform == "cpu" and k > 1, takes_params=takes,
+                   captured=held, **reads(step))  # fmt: skip
+    return lambda ct, p: prog.inline(ct, steps, p, None)
+
+
+def differentiable(forward: Callable, derivative: Callable, state, steps, params,
+                   adjoint_of: Callable | None = None):  # fmt: skip
+    """``forward(state, steps, params, tied=True)``, differentiated as
+    ``derivative(state, steps, params, tied=False)`` (see :func:`pgas.loop.iterations.tie`).
+
+    A ``jax.custom_jvp`` whose primal is the loop with its masks tied to the
+    counter (as fast as the standalone run under ``jit``) and whose rule is the
+    ``jvp`` of the derivative's loop untied, so that forward and reverse mode
+    see loop-invariant masks: reverse mode computes them once rather than
+    storing one per step. ``derivative`` runs one step per exchange: its
+    transpose is cheaper than a deep-halo group's, and every ``k`` gives the
+    same bits. Values the step reads from the enclosing scope (a coefficient
+    the caller differentiates) cross the boundary as arguments
+    (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
+    the caller gave it (a static count, or a traced one for forward use).
+
+    ``adjoint_of(state, params)``: the transposed loop ``back(ct, params)`` or
+    ``None`` (:func:`adjoint_loop`). Where only the state has a tangent and
+    ``back`` exists, the rule's tangent is a ``jax.custom_derivatives.linear_call``
+    whose transpose is ``back``, so reverse mode runs the transposed step
+    through the forward's deep-halo loop instead of JAX's transpose of the
+    derivative's loop; the rule's primal is then the forward loop as a while
+    loop (reverse mode's partial evaluation of a scan would hoist its index
+    arrays out of the loop, see :func:`pgas.loop.iterations.fori`).
+
+    >>> import jax
+    >>> def loop(s, steps, p, tied=True, scan=True):  # a toy loop: s doubled, steps times
+    ...     return s * 2.0**steps
+    >>> float(jax.grad(lambda x: differentiable(loop, loop, x, 3, None))(1.0))
+    8.0
+    """
+
+    def loop(inline: Callable, tied: bool) -> Callable:
+        return lambda s, p: inline(s, steps, p, tied=tied)
+
+    tied, consts = jax.closure_convert(loop(forward, True), state, params)
+    untied, others = jax.closure_convert(loop(derivative, False), state, params)
+    n = len(consts)
+    made: dict = {}
+
+    def back_for(s, p) -> Callable | None:
+        if adjoint_of is None:
+            return None
+        if "back" not in made:
+            made["back"] = adjoint_of(s, p)
+        return made["back"]
+
+    @jax.custom_jvp
+    def run(s, p, *cs):
+        return tied(s, p, *cs[:n])
+
+    def tangent(res, ds):
+        s, p, cs = res
+        zero = jax.custom_derivatives.zero_from_primal
+        return jax.jvp(untied, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
+
+    @functools.partial(run.defjvp, symbolic_zeros=True)
+    def run_jvp(primals, tangents):
+        (s, p, *cs), (ds, dp, *dcs) = primals, tangents
+        back = back_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
+        if back is not None:
+            out = forward(s, steps, p, tied=True, scan=False)
+            transpose = lambda res, ct: back(ct, res[1])  # noqa: E731
+            lin = jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs), _dense(s, ds))
+            return out, lin
+        dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
+        return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
+
+    return run(state, params, *consts, *others)
+
+
+def _zero(tangents) -> bool:
+    """Every leaf of ``tangents`` is a symbolic zero (no derivative flows there)."""
+    return all(type(t) is jax.custom_derivatives.SymbolicZero for t in jax.tree.leaves(tangents))
+
+
+def _dense(primals, tangents):
+    """``tangents`` with each symbolic zero made an array of zeros like its primal's tangent."""
+    zero = jax.custom_derivatives.zero_from_primal
+    p, t = jax.tree.leaves(primals), jax.tree.leaves(tangents)
+    return jax.tree.unflatten(
+        jax.tree.structure(tangents),
+        [zero(a) if type(b) is jax.custom_derivatives.SymbolicZero else b for a, b in zip(p, t)],
+    )
