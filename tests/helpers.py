@@ -14,6 +14,20 @@ def heat_numpy(u: np.ndarray, steps: int) -> np.ndarray:
     return u
 
 
+def heat_problem(n: int = 203):
+    """tests/problems.py's heat problem on ``n`` cells: ``sin(0.37 i)**2``, ``Keep()`` ends."""
+    from pathlib import Path
+
+    from pgas.app.problem import load_problem
+
+    return load_problem(f"{Path(__file__).resolve().parent / 'problems.py'}:heat", n=n)
+
+
+def heat_reference(n: int, steps: int) -> np.ndarray:
+    """:func:`heat_problem` after ``steps`` steps, in NumPy (float32)."""
+    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
+
+
 def heat_adjoint(g: np.ndarray, steps: int) -> np.ndarray:
     """The transpose of the seed heat step (``Keep`` ends)."""
     for _ in range(steps):

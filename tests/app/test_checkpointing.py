@@ -1,29 +1,17 @@
 """Checkpoints of a run: saved between chunks, restored, refused (pgas.app.checkpointing)."""
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import heat_numpy
+from helpers import heat_problem, heat_reference
 
 from pgas.app import runner
 from pgas.app.checkpointing import Checkpointer, final_checkpoint, restore
 from pgas.app.options import RunOptions
 from pgas.app.platform import Session
-from pgas.app.problem import load_problem
 from pgas.errors import PgasError
 from pgas.io import checkpoint
-
-PROBLEMS = str(Path(__file__).resolve().parents[1] / "problems.py")
-
-
-def heat_problem(n=203):
-    return load_problem(f"{PROBLEMS}:heat", n=n)
-
-
-def heat_reference(n, steps):
-    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
 
 
 def test_checkpoints_between_chunks_and_restart(tmp_path):

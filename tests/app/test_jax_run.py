@@ -1,26 +1,14 @@
 """A run on a JAX backend, phase by phase (pgas.app.jax_run)."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers import heat_numpy
+from helpers import heat_problem, heat_reference
 
 from pgas.app import jax_run, runner
 from pgas.app.backends import get
 from pgas.app.options import RunOptions
-from pgas.app.problem import checksum, load_problem
+from pgas.app.problem import checksum
 from pgas.app.state import build, mesh_for
-
-PROBLEMS = str(Path(__file__).resolve().parents[1] / "problems.py")
-
-
-def heat_problem(n=203):
-    return load_problem(f"{PROBLEMS}:heat", n=n)
-
-
-def heat_reference(n, steps):
-    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
 
 
 @pytest.mark.parametrize("backend", ["auto", "explicit"])

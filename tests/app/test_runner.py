@@ -7,25 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import heat_numpy, load_example
+from helpers import heat_problem, heat_reference, load_example
 
 import pgas
 from pgas.app import runner
 from pgas.app.options import RunOptions
-from pgas.app.problem import checksum, demo, load_problem
+from pgas.app.problem import checksum, demo
 from pgas.io import checkpoint
 from pgas.io.output import Output
 from pgas.loop.plan import choose_steps_per_exchange
-
-PROBLEMS = str(Path(__file__).resolve().parents[1] / "problems.py")
-
-
-def heat_problem(n=203):
-    return load_problem(f"{PROBLEMS}:heat", n=n)
-
-
-def heat_reference(n, steps):
-    return heat_numpy((np.sin(0.37 * np.arange(n)) ** 2).astype(np.float32), steps)
 
 
 @pytest.mark.parametrize("backend", ["auto", "explicit"])
