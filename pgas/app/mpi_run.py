@@ -48,6 +48,7 @@ def run(problem: Problem, opts: RunOptions, backend: Backend, progress: Progress
     """
     from pgas.grid.decomposition import dims_create
     from pgas.references import mpi
+    from pgas.runtime.capacity import check_host_fits
     from pgas.runtime.group import Group
 
     world = mpi.MPI.COMM_WORLD
@@ -55,6 +56,8 @@ def run(problem: Problem, opts: RunOptions, backend: Backend, progress: Progress
     dims = dims_create(world.size, len(problem.shape))
     plan = backend.plan(problem, None, opts.steps_per_exchange)
     grid = mpi.cart_grid(problem.shape, dims)  # the blocks mpi.run builds (same dims, order)
+    # before anything is allocated: the block and the loop's second buffer
+    check_host_fits(grid.local_shape, problem.dtype, buffers=2, shape=problem.shape)
     mesh = dict(zip(problem.mesh_axes, dims, strict=True))
     attrs = run_attrs(problem, opts, backend, "cpu", "numpy (mpi4py)", world.size, world.size,
                       mesh, plan, 0)  # fmt: skip

@@ -7,7 +7,8 @@ what its devices can hold and raises
 :class:`~pgas.errors.FieldTooLargeError` naming both sizes and the fix; it runs
 in :func:`pgas.zeros`, :func:`pgas.full`, :func:`pgas.from_function`,
 :func:`pgas.from_numpy` (one buffer) and in the example runner (two buffers: the
-state and the loop's second buffer).
+state and the loop's second buffer); :func:`check_host_fits` does the same for
+the NumPy block of each rank of the MPI reference path.
 
 What a device can hold (:func:`device_memory`):
 
@@ -40,7 +41,7 @@ import numpy as np
 
 from pgas.errors import FieldTooLargeError
 
-__all__ = ["SMALL", "check_fits", "device_memory", "host_available", "gib"]
+__all__ = ["SMALL", "check_fits", "check_host_fits", "device_memory", "host_available", "gib"]
 
 #: bytes (all blocks of a process together) below which nothing is checked
 SMALL = 1 << 26
@@ -193,14 +194,9 @@ def check_fits(block_shape: Sequence[int], dtype: Any, devices: Sequence[Any], *
     head = f"{field} ({dt}) needs {gib(per_device)} per device ({held} {tuple(block_shape)} block)"
     smaller = ["make the field smaller"] + (["store it in float32"] if dt.itemsize > 4 else [])
     cpus = [d for d in devices if d.platform == "cpu"]
-    have, share = (host_available(), _local_processes()) if cpus else (None, 1)
-    if have is not None and per_device * len(cpus) > have // share:
-        whose = f" ({gib(have)} shared by {share} processes on this node)" if share > 1 else ""
-        fix = _either(["run on more nodes (processes with memory of their own)", *smaller])
-        raise FieldTooLargeError(
-            f"{head}; its {len(cpus)} CPU device(s) share this process's memory: "
-            f"{gib(per_device * len(cpus))}, but it can get {gib(have // share)}{whose}; {fix}"
-        )
+    if cpus:
+        _check_host(per_device * len(cpus), f"{head}; its {len(cpus)} CPU device(s) share "
+                    f"this process's memory", smaller)  # fmt: skip
     for device in devices:
         limit = device_memory(device)
         if limit is not None and per_device > limit:
@@ -209,6 +205,36 @@ def check_fits(block_shape: Sequence[int], dtype: Any, devices: Sequence[Any], *
                 f"{head}, but {device.platform}:{device.id} ({device.device_kind}) holds "
                 f"{gib(limit)}; {fix}"
             )
+
+
+def check_host_fits(block_shape: Sequence[int], dtype: Any, *, buffers: int = 1,
+                    shape: Sequence[int] | None = None,
+                    what: str = "the field") -> None:  # fmt: skip
+    """:func:`check_fits` for a block held in this process's own memory (a NumPy block: the
+    MPI reference path, one block per rank).
+
+    >>> check_host_fits((4,), "float64", buffers=2)  # small: nothing to check
+    """
+    dt = np.dtype(dtype)
+    need = math.prod(int(n) for n in block_shape) * dt.itemsize * buffers
+    if need < SMALL or os.environ.get("PGAS_MEMORY_CHECK", "") == "0":
+        return
+    field = f"{what} {tuple(shape)}" if shape is not None else what
+    held = f"{buffers} buffers of its" if buffers > 1 else "its"
+    smaller = ["make the field smaller"] + (["store it in float32"] if dt.itemsize > 4 else [])
+    _check_host(need, f"{field} ({dt}) needs {gib(need)} per process ({held} "
+                f"{tuple(block_shape)} block)", smaller)  # fmt: skip
+
+
+def _check_host(need: int, head: str, smaller: list[str]) -> None:
+    """Refuse ``need`` bytes of this process's memory where it can get less."""
+    have, share = host_available(), _local_processes()
+    if have is not None and need > have // share:
+        whose = f" ({gib(have)} shared by {share} processes on this node)" if share > 1 else ""
+        fix = _either(["run on more nodes (processes with memory of their own)", *smaller])
+        raise FieldTooLargeError(
+            f"{head}: {gib(need)}, but it can get {gib(have // share)}{whose}; {fix}"
+        )
 
 
 def _either(fixes: list[str]) -> str:

@@ -33,3 +33,19 @@ def test_one_rank_snapshots_checksum_and_gather(tmp_path):
         assert ds["time"].values.tolist() == [0, 3, 6] and ds.attrs["backend"] == "mpi"
         for shot, t in zip(ds["u"].values, ds["time"].values):
             np.testing.assert_array_equal(shot, heat_numpy(u0, t))
+
+
+def test_a_block_too_large_for_memory_is_refused_before_it_is_allocated(monkeypatch):
+    """The rank's block and the loop's second buffer against what the process can get."""
+    from pgas.errors import FieldTooLargeError
+    from pgas.runtime import capacity
+
+    monkeypatch.setattr(capacity, "host_available", lambda: 3 << 20)  # 3 MiB
+    monkeypatch.setattr(capacity, "SMALL", 0)
+    p = load_problem(f"{PROBLEMS}:heat", n=1 << 20)  # 4 MiB of float32, two buffers
+    opts = RunOptions(backend="mpi", steps=2)
+    with pytest.raises(FieldTooLargeError, match="needs 0.01 GiB per process") as err:
+        mpi_run.run(p, opts, get("mpi"), Progress(2, True, 0, p.name), None, False)
+    assert "(2 buffers of its (1048576,) block)" in str(err.value) and "make the field" in str(
+        err.value
+    )
