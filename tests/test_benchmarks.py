@@ -165,21 +165,24 @@ def test_results_table_written_between_the_markers(tmp_path):
     """run.py's writer: one row per stencil and size, a column per backend, ratios, markers."""
     import importlib.util
 
-    # benchmarks/run.py imports its neighbour `common`; tests/dist_scripts has a module of that
-    # name too, which another test may have imported first: load run.py with its own
-    saved = sys.modules.pop("common", None)
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    # benchmarks/run.py imports its neighbours (`common`, `stream`, ...); tests/dist_scripts
+    # has modules of those names too, which another test may have imported first: run.py gets
+    # its own, and the others are put back after
+    bench = os.path.join(ROOT, "benchmarks")
+    names = {f[:-3] for f in os.listdir(bench) if f.endswith(".py")}
+    saved = {n: sys.modules.pop(n) for n in names if n in sys.modules}
+    sys.path.insert(0, bench)
     try:
         spec = importlib.util.spec_from_file_location(
-            "pgas_bench_run", os.path.join(ROOT, "benchmarks", "run.py")
+            "pgas_bench_run", os.path.join(bench, "run.py")
         )
         run = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(run)
     finally:
         sys.path.pop(0)
-        sys.modules.pop("common", None)
-        if saved is not None:
-            sys.modules["common"] = saved
+        for n in names:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
     cell = {"cells_per_s_median": 2e9, "cells_per_s_min": 1e9, "cells_per_s_max": 3e9,
             "x_roofline": 0.5}  # fmt: skip
     res = {

@@ -9,7 +9,6 @@ import pytest
 import xarray as xr
 from helpers import heat_problem, heat_reference, load_example
 
-import pgas
 from pgas.app import runner
 from pgas.app.options import RunOptions
 from pgas.app.problem import checksum, demo
@@ -86,11 +85,10 @@ def test_decode_applies_before_checksum_and_output(name, suffix, tmp_path):
     from pgas.app.state import build, mesh_for
 
     p = DECODING[name]()
+    if name == "packed-life":  # what is stepped does not matter here: what is written does
+        p = dataclasses.replace(p, step=lambda u: u, kernel=lambda e: e[1:-1, 1:-1])
     devices = 3
-    state = build(p, mesh_for(p, devices))
-    if name == "packed-life":
-        state = pgas.run(p.step, state, 2)
-    expected = p.decode(state.to_numpy())
+    expected = p.decode(build(p, mesh_for(p, devices)).to_numpy())
     out = str(tmp_path / f"d{suffix}")
     r = runner.run(p, RunOptions(steps=2, devices=devices, snapshot_every=1, out=out),
                    gather=True)  # fmt: skip
