@@ -103,7 +103,7 @@ MESHES = [(1, 1), (1, 2), (2, 1), (3, 2), (2, 3), (1, 3), (2, 2)]
        suffix=st.sampled_from([".nc", ".zarr"]))  # fmt: skip
 @example(rows=12, width=1000, mesh=(3, 2), backend="auto", suffix=".nc")  # issue 32's board
 @example(rows=9, width=263, mesh=(2, 1), backend="explicit", suffix=".zarr")  # one block across
-@example(rows=5, width=194, mesh=(2, 3), backend="auto", suffix=".zarr")  # words of 49, 49, 48, 48 cells
+@example(rows=5, width=194, mesh=(2, 3), backend="auto", suffix=".zarr")  # 4 words, 48-49 cells
 def test_packed_run_writes_the_byte_board(rows, width, mesh, backend, suffix, monkeypatch):
     pk = packed.packing(width)
     if pk.words < mesh[1] or rows < mesh[0]:
