@@ -207,11 +207,11 @@ class Layout:
             hi = lo + e
             keep = max(self.halo[axis] or 0, widths[axis])
             low_bc, high_bc = self.boundary[axis]
-            low_keeps = low_bc.keeps and not (edges and hi <= keep)
-            if high_bc.keeps and not (edges and lo >= ax.size - keep):
-                hi = min(hi, ax.size - keep)
-            if low_keeps:
+            at_low, at_high = edges and hi <= keep, edges and lo >= ax.size - keep
+            if low_bc.keeps and not at_low:
                 lo = max(lo, keep)
+            if high_bc.keeps and not at_high:
+                hi = min(hi, ax.size - keep)
             b = None if block is None else block[axis]
             x = sides[axis]
             terms = [] if (ax.even or any(x)) else [self.valid(axis, b)]
