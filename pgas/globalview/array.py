@@ -7,7 +7,8 @@ crosses ``jit``, ``lax.fori_loop`` and ``scan`` like any array.
 
 Indexing gives lazy views (:mod:`pgas.view`); assignment to a slice,
 ``u[1:-1] = ...``, is lowered to halo exchange plus masked local arithmetic
-(:mod:`pgas.lower`).
+(:mod:`pgas.lower`). A slice with a step, ``u[::2]``, reads a new array and
+``u[1::2] = c`` writes the picked cells (:mod:`pgas.globalview.strided`).
 Arrays are built so that each process creates only its own blocks (from NumPy
 data or a function of global coordinates); :meth:`GlobalArray.to_numpy`
 gathers.
@@ -24,6 +25,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pgas.errors import ConversionError, IndexingError, LayoutError, ShapeMismatchError
+from pgas.globalview import strided
 from pgas.globalview.lower import assign
 from pgas.globalview.view import Leaf, Operators, Window, normalize_index
 from pgas.grid.decomposition import Ext
@@ -122,12 +124,17 @@ class GlobalArray(Operators):
         n = self.layout.shape
         return Leaf(self, Window((0,) * len(n), n, (True,) * len(n)))
 
-    def __getitem__(self, key) -> Leaf:
+    def __getitem__(self, key) -> Leaf | GlobalArray:
         self._check_unbatched()
+        if strided.is_strided(key):  # u[::2]: a new array (pgas.globalview.strided)
+            return strided.take(self, key)
         return Leaf(self, normalize_index(key, self.layout.shape))
 
     def __setitem__(self, key, value) -> None:
         self._check_unbatched()
+        if strided.is_strided(key):  # u[1::2] = c
+            self.data = strided.put(self, key, value)
+            return
         self.data, self.ext = assign(self, normalize_index(key, self.layout.shape), value)
 
     @property

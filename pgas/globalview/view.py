@@ -18,8 +18,10 @@ The operators live in the :class:`Operators` mixin, shared by views and by
 :class:`~pgas.GlobalArray` (a whole array is the view of all its cells).
 :func:`shift` reads across the domain edge by the array's boundary
 condition; :func:`where` and :func:`apply` combine views elementwise.
-Steps other than 1, bounds that are not Python integers and index arrays
-raise :class:`~pgas.errors.IndexingError`: they cannot be a halo exchange.
+Bounds that are not Python integers and index arrays raise
+:class:`~pgas.errors.IndexingError`: they cannot be a halo exchange. A slice
+with a step, ``u[::2]``, is no window: on a :class:`~pgas.GlobalArray` it reads
+a new array (:mod:`pgas.globalview.strided`).
 """
 
 from __future__ import annotations
@@ -418,8 +420,9 @@ def _one(k, n: int, axis: int) -> tuple[int, int, bool]:
         step = _static_int(k.step, f"step of index {axis}")
         if step not in (None, 1):
             raise IndexingError(
-                f"slice {k} on axis {axis} has step {step}; only unit steps are halo "
-                f"shifts: use step 1 (strided access would gather the array)"
+                f"slice {k} on axis {axis} has step {step}; a window takes unit steps: "
+                f"slice the GlobalArray itself for a strided read or write (u[::2], "
+                f"u[1::2] = c; pgas.globalview.strided)"
             )
         a = _static_int(k.start, f"start of index {axis}")
         b = _static_int(k.stop, f"stop of index {axis}")

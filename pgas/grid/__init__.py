@@ -4,6 +4,7 @@ Contract: frozen descriptions that every backend shares, the JAX paths and the
 NumPy/MPI path alike: the block distribution of an axis
 (:mod:`~pgas.grid.decomposition`), boundary conditions and their ghost-cell
 rules (:mod:`~pgas.grid.boundary`), named device meshes
-(:mod:`~pgas.grid.mesh`), an array's layout (:mod:`~pgas.grid.layout`) and the
-shape of a deep-halo schedule (:mod:`~pgas.grid.schedule`).
+(:mod:`~pgas.grid.mesh`), an array's layout (:mod:`~pgas.grid.layout`), the
+shape of a deep-halo schedule (:mod:`~pgas.grid.schedule`) and the cells a
+strided slice picks and moves (:mod:`~pgas.grid.strides`).
 """

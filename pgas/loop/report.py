@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from pgas.globalview.array import GlobalArray
+from pgas.globalview.strided import Transfer, recording_transfers
 from pgas.loop.frames import group_program, read_only, step_fn
 from pgas.loop.plan import Plan
 from pgas.loop.plan import plan as make_plan
@@ -340,6 +341,13 @@ class CommReport:
         return "\n".join(lines)
 
 
+def _moved(t: Transfer) -> Exchange:
+    """A strided copy's cells moved across one axis, as the exchange that receives them."""
+    width = max(t.sides)
+    return Exchange(t.axis, width, t.parts, width * t.face, t.itemsize,
+                    None if t.sides[0] == t.sides[1] else t.sides)  # fmt: skip
+
+
 def _cells(e: Exchange) -> str:
     """How many halo cells an exchange's ideal counts: ``2x1`` for both sides, ``(1+0)`` one."""
     lo, hi = e.below_above
@@ -361,13 +369,16 @@ def compiled_report(
     """Compile ``fn(*args)`` and report its collectives (the engine of every ``comm_report``).
 
     ``fn`` runs ``steps_per_exchange`` physical steps per exchange (per loop
-    iteration when ``loop`` is set: then only the loop body counts).
+    iteration when ``loop`` is set: then only the loop body counts). The cells its
+    strided slices move (:mod:`pgas.globalview.strided`) count as ideal traffic too.
     """
-    lowered = jax.jit(fn).lower(*args)
+    with recording_transfers() as moved:
+        lowered = jax.jit(fn).lower(*args)
     hlo = lowered.compile().as_text()
     return CommReport(
         name=name, mesh=mesh, collectives=tuple(parse_collectives(hlo, loop=loop)),
-        exchanges=tuple(exchanges), steps_per_exchange=steps_per_exchange, note=note,
+        exchanges=(*exchanges, *map(_moved, moved)), steps_per_exchange=steps_per_exchange,
+        note=note,
         stablehlo=lowered.as_text() if shardy else None,
     )  # fmt: skip
 
