@@ -12,7 +12,11 @@ In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
 - XLA's memory analysis of the gradient program for 100, 1000 and 10000
   steps, in local blocks per device, against ``2.5 sqrt(steps) + 10``;
 - a new ``params`` value: XLA compilations counted (``jax.monitoring``) and
-  its run time against a warm run.
+  its run time against a warm run;
+- steps that are not affine (``nonlinear``): value-and-grad against the jitted
+  forward for a 1-D Burgers step (2**18 cells, 1000 steps, 2 devices) and a 2-D
+  Gray-Scott step (two fields, 512**2, 500 steps, 2 devices), and the Burgers
+  gradient's memory for 100, 1000 and 10000 steps.
 
 Timings are medians of repeats on a shared machine; compare ratios within one run.
 """
@@ -96,15 +100,13 @@ def main(argv=None) -> dict:
                    "ratio": t_vg / t_fwd}  # fmt: skip
     print("grad", out["grad"], flush=True)
 
-    block = heat_n // 2 * 4
     for steps in (100, 1000, 10000):
-        loss = lambda u, n=steps: pgas.sum(pgas.run(heat, u, n))  # noqa: E731
-        m = jax.jit(jax.grad(loss)).lower(u).compile().memory_analysis()
-        peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                - m.alias_size_in_bytes)  # fmt: skip
-        row = {"steps": steps, "blocks": peak / block, "bound": 2.5 * math.sqrt(steps) + 10}
+        row = gradient_memory(lambda u, n=steps: pgas.sum(pgas.run(heat, u, n)), u, steps,
+                              heat_n // 2 * 4)  # fmt: skip
         out["memory"].append(row)
         print("memory", row, flush=True)
+
+    out["nonlinear"] = nonlinear(a.tiny, reps)
 
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
@@ -132,6 +134,74 @@ def main(argv=None) -> dict:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
+    return out
+
+
+def gradient_memory(loss, u, steps: int, block: int) -> dict:
+    """XLA's memory analysis of ``jax.grad(loss)`` at ``u``, in blocks of ``block`` bytes,
+    against ``2.5 sqrt(steps) + 10``."""
+    import jax
+
+    m = jax.jit(jax.grad(loss)).lower(u).compile().memory_analysis()
+    peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+            - m.alias_size_in_bytes)  # fmt: skip
+    return {"steps": steps, "blocks": peak / block, "bound": 2.5 * math.sqrt(steps) + 10}
+
+
+def nonlinear(tiny: bool, reps: int) -> dict:
+    """Reverse mode of steps that are not affine (checkpointed segments, pgas.loop.reverse):
+    value-and-grad against the jitted forward, in turn, and the gradient's memory."""
+    import jax
+    import numpy as np
+    from common import paired_seconds
+
+    import pgas
+
+    mesh2 = pgas.make_mesh(("x",), devices=2)
+    mesh22 = pgas.make_mesh(("y",), devices=2)
+
+    def burgers(u):
+        u[1:-1] = (u[1:-1] - 0.2 * u[1:-1] * (u[2:] - u[:-2])
+                   + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2]))  # fmt: skip
+        return u
+
+    def gray_scott(s):
+        u, v = s["u"], s["v"]
+
+        def lap(a):
+            return sum(pgas.shift(a, o, ax) for ax in range(2) for o in (1, -1)) - 4.0 * a
+
+        uvv = u * v * v
+        return {"u": (u + 0.1 * lap(u) - uvv + 0.04 * (1.0 - u)).to_array(),
+                "v": (v + 0.05 * lap(v) + uvv - 0.1 * v).to_array()}  # fmt: skip
+
+    n, side = (2**10, 32) if tiny else (2**18, 512)
+    b_steps, g_steps = (20, 10) if tiny else (1000, 500)
+    rng = np.random.default_rng(0)
+    x = (0.5 + 0.4 * np.sin(np.linspace(0, 2 * np.pi, n))).astype(np.float32)
+    u0, v0 = (rng.random((side, side)).astype(np.float32) for _ in range(2))
+    cases = {
+        "burgers1d": (burgers, lambda: pgas.from_numpy(x, mesh2, boundary=pgas.Keep()),
+                      b_steps, lambda s: pgas.sum(s ** 2)),
+        "gray_scott2d": (gray_scott, lambda: {"u": pgas.from_numpy(u0, mesh22),
+                                              "v": pgas.from_numpy(v0, mesh22)},
+                         g_steps, lambda s: pgas.sum(s["u"] ** 2) + pgas.sum(s["v"])),
+    }  # fmt: skip
+    out = {"grad": {}, "memory": []}
+    for name, (step, make, steps, score) in cases.items():
+        loss = lambda s, step=step, steps=steps, score=score: score(pgas.run(step, s, steps))  # noqa: E731
+        fwd, vg, s = jax.jit(loss), jax.jit(jax.value_and_grad(loss)), make()
+        t = paired_seconds({"fwd": lambda: jax.block_until_ready(fwd(s)),
+                            "vg": lambda: jax.block_until_ready(vg(s))}, reps)  # fmt: skip
+        out["grad"][name] = {"steps": steps, "forward_s": t["fwd"], "value_and_grad_s": t["vg"],
+                             "ratio": t["vg"] / t["fwd"]}  # fmt: skip
+        print("nonlinear grad", name, out["grad"][name], flush=True)
+    u = cases["burgers1d"][1]()
+    for steps in (100,) if tiny else (100, 1000, 10000):
+        row = gradient_memory(lambda u, n=steps: pgas.sum(pgas.run(burgers, u, n) ** 2), u,
+                              steps, n // 2 * 4)  # fmt: skip
+        out["memory"].append(row)
+        print("nonlinear memory", row, flush=True)
     return out
 
 

@@ -23,6 +23,7 @@ numbers of JAX's derivative of the loop.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -30,54 +31,106 @@ import jax
 
 import pgas.loop.batching  # noqa: F401  (linear_call's batching rule, registered on import)
 from pgas.globalview.array import GlobalArray
-from pgas.loop import adjoint
+from pgas.loop import adjoint, reverse
 from pgas.loop.plan import Plan
 from pgas.loop.programs import program, reads
 
-__all__ = ["differentiable", "adjoint_loop"]
+__all__ = ["differentiable", "reverse_of", "Transposed"]
 
 
-def adjoint_loop(step, steps: int, how: Plan, held: tuple, state, params) -> Callable | None:
-    """``back(ct, params)``: the transposed step run ``steps`` times through the forward's
-    loop (:mod:`pgas.loop.adjoint`), for a step affine in its state; ``None`` where JAX
-    transposes the derivative's loop instead. Made where reverse mode asks for it (inside
-    the rule of :func:`differentiable`), so a forward run under ``jit`` traces none of it.
+@dataclasses.dataclass(frozen=True)
+class Transposed:
+    """Reverse mode of a run of a step affine in its state: the forward as it runs, nothing
+    kept, and the transposed step run through the forward's loop (:mod:`pgas.loop.adjoint`).
+
+    Attributes:
+        run: ``run(state, params)``: the forward run.
+        loop: ``loop(ct, params)``: the transposed loop.
+    """
+
+    run: Callable
+    loop: Callable
+
+    def forward(self, state, params) -> tuple:
+        return self.run(state, params), ()
+
+    def back(self, kept: tuple, ct, params):
+        return self.loop(ct, params)
+
+
+def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, state,
+               params) -> Transposed | reverse.Checkpointed | None:  # fmt: skip
+    """How reverse mode runs a loop back, with respect to its state: an object with
+    ``forward(state, params) -> (result, kept)`` and ``back(kept, ct, params) -> ct``, or
+    ``None`` where JAX transposes the derivative's loop instead. Made where reverse mode asks
+    for it (inside the rule of :func:`differentiable`), so a forward run under ``jit``
+    traces none of it.
+
+    - A step affine in its state (:func:`pgas.loop.adjoint.transposable`): :class:`Transposed`,
+      the transposed step run ``steps`` times through the forward's loop.
+    - Another step on fields (:func:`pgas.loop.reverse.qualifies`):
+      :class:`pgas.loop.reverse.Checkpointed`, checkpointed segments run back one
+      adjoint step at a time.
 
     Args:
         step: the user's step.
         steps: the forward's step count, a Python int.
         how: the forward's plan (its reach, ``k`` and platform).
         held: the arrays the step captures (:func:`pgas.loop.outside.captured`), none traced.
+        forward: ``forward(state, count, params, tied=, scan=)``: the forward's loop.
         state: the forward's state, as the rule sees it.
         params: the forward's params.
 
     >>> import numpy as np, pgas
+    >>> from pgas.loop.programs import program
     >>> u = pgas.from_numpy(np.zeros(16), pgas.make_mesh(devices=1), boundary=pgas.Keep())
     >>> def heat(u):
     ...     u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
     ...     return u
-    >>> callable(adjoint_loop(heat, 4, pgas.plan.plan(heat, u), (), u, None))
-    True
-    >>> square = lambda u: u * u  # not affine: JAX transposes the derivative's loop
-    >>> adjoint_loop(square, 4, pgas.plan.plan(square, u), (), u, None) is None
-    True
+    >>> def square(u):
+    ...     u[1:-1] = u[1:-1] * u[1:-1]
+    ...     return u
+    >>> def how(step):
+    ...     plan = pgas.plan.plan(step, u)
+    ...     loop = program(step, plan.steps_per_exchange, plan.widths, None, None).inline
+    ...     return reverse_of(step, 4, plan, (), loop, u, None)
+    >>> type(how(heat)).__name__, type(how(square)).__name__
+    ('Transposed', 'Checkpointed')
+    >>> how(square).schedule.steps
+    4
     """
-    if not adjoint.transposable(step, state, params):
+    if how.widths is None:
         return None
-    widths = adjoint.adjoint_reach(how.reach)
     fields = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
-    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
-                     for a in range(len(widths)))  # fmt: skip
     read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
         params, is_leaf=lambda x: isinstance(x, GlobalArray)))  # fmt: skip
-    k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
-    if k < 1:
-        return None
     takes = params is not None
-    prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
-                   double=how.platform == "cpu" and k > 1, takes_params=takes,
-                   captured=held, **reads(step))  # fmt: skip
-    return lambda ct, p: prog.inline(ct, steps, p, None)
+    if adjoint.transposable(step, state, params):
+        widths = adjoint.adjoint_reach(how.reach)
+        shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
+                         for a in range(len(widths)))  # fmt: skip
+        k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
+        if k < 1:
+            return None
+        prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
+                       double=how.platform == "cpu" and k > 1, takes_params=takes,
+                       captured=held, **reads(step))  # fmt: skip
+        return Transposed(lambda s, p: forward(s, steps, p, tied=True, scan=False),
+                          lambda ct, p: prog.inline(ct, steps, p, None))  # fmt: skip
+    if not reverse.qualifies(state):
+        return None
+    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
+                     for a in range(len(how.reach)))  # fmt: skip
+    if not reverse.fits(how.reach, shortest, read_only):
+        return None
+    return reverse.Checkpointed(
+        step,
+        reverse.schedule(steps, how.steps_per_exchange),
+        how.reach,
+        lambda s, count, p: forward(s, count, p, tied=True, scan=False),
+        takes,
+        held,
+    )
 
 
 def differentiable(forward: Callable, derivative: Callable, state, steps, params,
@@ -120,30 +173,31 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     n = len(consts)
     made: dict = {}
 
-    def back_for(s, p) -> Callable | None:
+    def reverse_for(s, p):
         if adjoint_of is None:
             return None
-        if "back" not in made:
-            made["back"] = adjoint_of(s, p)
-        return made["back"]
+        if "reverse" not in made:
+            made["reverse"] = adjoint_of(s, p)
+        return made["reverse"]
 
     @jax.custom_jvp
     def run(s, p, *cs):
         return tied(s, p, *cs[:n])
 
     def tangent(res, ds):
-        s, p, cs = res
+        s, p, cs = res[:3]
         zero = jax.custom_derivatives.zero_from_primal
         return jax.jvp(untied, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
 
     @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
         (s, p, *cs), (ds, dp, *dcs) = primals, tangents
-        back = back_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
-        if back is not None:
-            out = forward(s, steps, p, tied=True, scan=False)
-            transpose = lambda res, ct: back(ct, res[1])  # noqa: E731
-            lin = jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs), _dense(s, ds))
+        rev = reverse_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
+        if rev is not None:
+            out, kept = rev.forward(s, p)
+            transpose = lambda res, ct: rev.back(res[3], ct, res[1])  # noqa: E731
+            lin = jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs, kept),
+                                                     _dense(s, ds))  # fmt: skip
             return out, lin
         dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
         return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))

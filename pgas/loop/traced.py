@@ -23,7 +23,7 @@ import jax
 
 from pgas.errors import PgasError
 from pgas.loop import counts
-from pgas.loop.derivative import adjoint_loop, differentiable
+from pgas.loop.derivative import differentiable, reverse_of
 from pgas.loop.plan import AUTO, Plan
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.programs import program, reads, sides
@@ -99,7 +99,7 @@ def run_traced(step: Callable, state, steps, params=None, *, every: int | None =
     back = None
     if every is None and _is_int(steps) and how.widths is not None and len(held) == len(keys):
         # no captured array is traced: the transposed loop may close over what the step reads
-        back = functools.partial(adjoint_loop, step, steps, how, held)
+        back = functools.partial(reverse_of, step, steps, how, held, forward)
     return differentiable(forward, derivative, state, steps, params, back)
 
 

@@ -12,7 +12,7 @@ from helpers import heat_adjoint, heat_numpy
 from stencils import heat
 
 import pgas
-from pgas.loop.derivative import differentiable
+from pgas.loop.derivative import Transposed, differentiable
 
 PERMUTE = re.compile(r"= \S+\[([\d,]+)\]\S* collective-permute\(")
 
@@ -51,7 +51,8 @@ def test_a_transposed_loop_is_the_transpose_where_only_the_state_has_a_tangent()
 
     def adjoint_of(s, p):
         made.append(p)
-        return lambda ct, p: ct * 5.0
+        return Transposed(lambda s, p: forward(s, 3, p, tied=True, scan=False),
+                          lambda ct, p: ct * 5.0)  # fmt: skip
 
     def f(x, p):
         return differentiable(forward, derivative, x, 3, p, adjoint_of)
@@ -59,7 +60,7 @@ def test_a_transposed_loop_is_the_transpose_where_only_the_state_has_a_tangent()
     assert float(f(1.0, 0.5)) == 8.0 and made == []  # the forward alone makes none
     assert float(jax.grad(f)(1.0, 0.5)) == 5.0 and len(made) == 1
     assert float(jax.grad(lambda x: f(x, x))(1.0)) == 27.0  # params' tangent: no transpose
-    none = lambda s, p: None  # noqa: E731  (a step that is not affine)
+    none = lambda s, p: None  # noqa: E731  (a run neither path takes back)
     g = jax.grad(lambda x: differentiable(forward, derivative, x, 3, 0.5, none))
     assert float(g(1.0)) == 27.0
 

@@ -66,9 +66,13 @@ def test_the_forward_under_jit_is_not_cut_into_rematerialised_segments():
                         boundary=pgas.Keep())  # fmt: skip
     forward = str(jax.make_jaxpr(lambda u: pgas.run(heat, u, 100))(u))
     assert "checkpoint" not in forward and "remat" not in forward
-    nonlinear = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
-    derivative = str(jax.make_jaxpr(jax.grad(nonlinear))(u))
+    # with respect to params: JAX's derivative of the loop, in rematerialised segments
+    of_c = lambda c: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": c}))  # noqa: E731
+    derivative = str(jax.make_jaxpr(jax.grad(of_c))(0.1))
     assert "checkpoint" in derivative or "remat" in derivative
+    # with respect to the state: pgas's checkpointed segments (pgas.loop.reverse)
+    of_u = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
+    assert "linear_call" in str(jax.make_jaxpr(jax.grad(of_u))(u))
 
 
 def test_what_cannot_run_inside_a_trace():

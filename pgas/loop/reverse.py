@@ -1,0 +1,272 @@
+"""Reverse mode of a run whose step is not affine: checkpointed segments, each run back
+one adjoint step at a time on the pair (stored state, cotangent).
+
+Reverse mode of ``pgas.run(step, u, n)`` applies ``J(u_0)^T ... J(u_{n-1})^T`` to
+the cotangent of the result, where ``J(u_i)`` is the step's Jacobian at the
+state of step ``i``. For a step affine in its state the Jacobian is one matrix
+and :mod:`pgas.loop.adjoint` runs its transpose as a step; here it depends on
+the state, so the states must be had again, in reverse order.
+
+The schedule (:class:`Schedule`), two levels:
+
+1. The forward run stores its state every ``segment`` steps (checkpoints),
+   running between them through the forward's own loop
+   (:attr:`pgas.loop.programs.Program.inline`: its ``k``, its buffers, its
+   collectives; segments are whole multiples of ``k``). This is the primal
+   run: its result is the forward's, bit for bit.
+2. Reverse mode takes the segments from the last. It recomputes a segment
+   from its checkpoint one step per exchange, storing every state, and runs it
+   back: an *adjoint step* (:func:`adjoint_step`) takes a stored state ``u``
+   and the cotangent ``w`` of the next state, and gives the cotangent at ``u``.
+
+Memory: ``steps / segment`` checkpoints and the ``segment`` states of one
+segment (:attr:`Schedule.stored`), fewest at ``segment`` about
+``sqrt(steps)``: about ``2 sqrt(steps)`` states, and one adjoint step's frames.
+
+The adjoint step, in gather form as the transposed affine step is. The state
+is extended by ``below + above`` cells per side and the cotangent by the reach
+*mirrored* (``above`` cells below the block, ``below`` above; one exchange
+each, halo-sized collective-permutes). ``jax.vjp`` of the step on that frame
+takes the cotangent of the cells the step writes back to the frame, and every
+cell of the block then has its full sum: each cell that reads it lies in the
+frame the cotangent is given on. The block's own cells are kept; no cell of
+another block is written, nothing is scattered across blocks. A cell the step
+never writes (a padding cell of an uneven block, a ghost beyond a Dirichlet or
+Keep face) is the identity, so its cotangent goes back to itself only, and is
+dropped. A Neumann ghost follows the cells beside its face (steps write it),
+so a run with a Neumann face is not run back here (:func:`qualifies`).
+
+Cost. The adjoint step runs one step per exchange, and JAX's transpose of a
+window read is a ``pad``: on XLA's CPU a sum of pads costs several times the
+forward's slices, and a deep-halo group of adjoint steps fused worse still
+(benchmarks/README.md, "pgas inside JAX").
+
+Params and captured arrays are read by the adjoint steps as the forward reads
+them (extended once per segment, :func:`pgas.loop.frames.loop_inputs`). This
+path differentiates with respect to the state; a derivative with respect to
+params or captured arrays goes through JAX's derivative of the loop
+(:mod:`pgas.loop.derivative`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pgas.globalview.array import GlobalArray
+from pgas.globalview.forms import anchor_of, blocks_of, narrowed
+from pgas.grid.decomposition import ext_of, ext_sides
+from pgas.loop.frames import blocks, frames, group, loop_inputs, physical, step_fn
+
+__all__ = ["Schedule", "schedule", "fits", "qualifies", "adjoint_step", "Checkpointed"]
+
+State = Any
+Sides = tuple[tuple[int, int], ...]
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, GlobalArray)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How reverse mode has the states of a run of ``steps`` again (see the module docstring).
+
+    Attributes:
+        steps: the run's steps.
+        k: the forward's steps per exchange.
+        segment: steps between checkpoints, a multiple of ``k``.
+
+    >>> s = Schedule(steps=1000, k=16, segment=32)
+    >>> s.checkpoints, s.stored
+    (32, 64)
+    """
+
+    steps: int
+    k: int
+    segment: int
+
+    @property
+    def checkpoints(self) -> int:
+        """States the forward stores: one at the start of every segment (the last may be
+        partial)."""
+        return -(-self.steps // self.segment)
+
+    @property
+    def stored(self) -> int:
+        """States stored at once: the checkpoints and the states of one segment."""
+        return self.checkpoints + min(self.segment, self.steps)
+
+    @property
+    def note(self) -> str:
+        """The schedule in words, for reports."""
+        return (f"{self.checkpoints} checkpoints, every {self.segment} steps (a multiple of "
+                f"the forward's k = {self.k}); each segment recomputed and run back a step at "
+                f"a time: {self.stored} states stored")  # fmt: skip
+
+
+def schedule(steps: int, k: int) -> Schedule:
+    """The two-level schedule with the fewest states stored for ``steps`` at the forward's
+    ``k``: segments of a multiple of ``k`` steps, about ``sqrt(steps)``.
+
+    A binomial (revolve) schedule stores fewer states for more recomputation: about
+    ``log(steps)`` forward passes where this one makes one. One extra forward is the
+    budget here, so the two levels.
+
+    >>> schedule(1000, 16)
+    Schedule(steps=1000, k=16, segment=32)
+    >>> schedule(1000, 1)
+    Schedule(steps=1000, k=1, segment=28)
+    >>> schedule(3, 4)  # shorter than a group: one segment
+    Schedule(steps=3, k=4, segment=4)
+    """
+    groups = -(-steps // k)
+    best = min(range(1, groups + 1), key=lambda g: (-(-steps // (k * g)) + min(k * g, steps), g))
+    return Schedule(steps, k, k * best)
+
+
+def fits(reach: Sides, shortest: tuple[int, ...], read_only: bool) -> bool:
+    """Whether an adjoint step's frames fit the shortest block: the state extended by
+    ``below + above`` per side, a read-only field by three reaches.
+
+    >>> fits(((1, 1),), (2,), False), fits(((1, 1),), (2,), True)
+    (True, False)
+    """
+    return all((3 * max(lo, hi) if read_only else lo + hi) <= n
+               for (lo, hi), n in zip(reach, shortest))  # fmt: skip
+
+
+def qualifies(state: State) -> bool:
+    """Whether a run on ``state`` is run back here: every leaf a field of an inexact dtype,
+    and no field with a face whose ghosts steps write (Neumann, see the module docstring).
+
+    >>> import numpy as np, pgas
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Keep()))
+    True
+    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Neumann()))
+    False
+    """
+    leaves = jax.tree.leaves(state, is_leaf=_is_array)
+    if not leaves or not all(_is_array(g) and jnp.issubdtype(g.data.dtype, jnp.inexact)
+                             for g in leaves):  # fmt: skip
+        return False
+    return not any(bc.refreshed for g in leaves for faces in g.layout.boundary for bc in faces)
+
+
+def adjoint_step(body: Callable, reach: Sides) -> Callable:
+    """``back(u, w, counter)``: the cotangent at ``u`` (blocks form) of one step of
+    ``body`` from ``u``, given the cotangent ``w`` (blocks form) of its result; in gather
+    form (see the module docstring).
+
+    >>> import numpy as np, pgas
+    >>> from pgas.loop.frames import blocks, physical, step_fn
+    >>> u = pgas.from_numpy(np.arange(5.0), pgas.make_mesh(devices=1), boundary=pgas.Keep())
+    >>> def square(u):
+    ...     u[1:-1] = u[1:-1] * u[1:-1]
+    ...     return u
+    >>> w = pgas.from_numpy(np.ones(5), u.layout.mesh, boundary=pgas.Keep())
+    >>> back = adjoint_step(step_fn(square), ((1, 1),))
+    >>> physical(back(blocks(u), blocks(w), 0)).to_numpy()  # d(u^2)/du = 2 u inside
+    array([1., 2., 4., 6., 1.])
+    """
+    ext_u = ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
+    mirrored = tuple((hi, lo) for lo, hi in reach)
+
+    def back(u, w, counter=None):
+        anchor = None if counter is None else anchor_of(counter)
+        framed, tree = jax.tree.flatten(frames(u, ext_u, anchor), is_leaf=_is_array)
+
+        def forward(datas):
+            state = tree.unflatten([GlobalArray(d, g.layout, g.ext, anchor)
+                                    for d, g in zip(datas, framed)])  # fmt: skip
+            out = []
+            for g, new in zip(framed, tree.flatten_up_to(body(state))):
+                data, ext = blocks_of(new)
+                out.append(narrowed(data, ext, mirrored[: g.layout.ndim]))
+            return out
+
+        given = [frames(g, ext_of(mirrored[: g.layout.ndim]), anchor).data
+                 for g in tree.flatten_up_to(w)]  # fmt: skip
+        ct = jax.vjp(forward, [g.data for g in framed])[1](given)[0]
+        out = [GlobalArray(narrowed(d, ext_sides(f.ext), ((0, 0),) * f.layout.ndim), f.layout,
+                           (0,) * f.layout.ndim)
+               for d, f in zip(ct, framed)]  # fmt: skip
+        return tree.unflatten(out)
+
+    return back
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointed:
+    """Reverse mode of a run by :class:`Schedule`: the forward storing checkpoints, and the
+    segments run back (see the module docstring).
+
+    Attributes:
+        step: the user's step.
+        schedule: the schedule.
+        reach: the step's reach per side and axis (:attr:`pgas.loop.plan.Plan.reach`).
+        run: ``run(state, count, params)``: the forward's loop
+            (:attr:`pgas.loop.programs.Program.inline`, traceable).
+        takes_params: the step is called ``step(state, params)``.
+        held: the arrays the step captures (their fields extended per segment).
+    """
+
+    step: Callable
+    schedule: Schedule
+    reach: Sides
+    run: Callable
+    takes_params: bool = False
+    held: tuple = ()
+
+    def forward(self, state: State, params: Any) -> tuple[State, tuple]:
+        """The run's result, and what reverse mode keeps: the checkpoints (stacked) and the
+        last segment's start."""
+        n, m = self.schedule.steps, self.schedule.segment
+        whole = (n - 1) // m  # whole segments before the last (which may be whole too)
+        stack = None
+        if whole:
+            state, stack = jax.lax.scan(lambda c, _: (self.run(c, m, params), c), state,
+                                        None, length=whole)  # fmt: skip
+        return self.run(state, n - whole * m, params), (stack, state)
+
+    def back(self, kept: tuple, ct: State, params: Any) -> State:
+        """The cotangent of the run's start from ``ct``, that of its result."""
+        stack, last = kept
+        n, m = self.schedule.steps, self.schedule.segment
+        whole = (n - 1) // m
+        ct = self._segment(last, n - whole * m, ct, params)
+        if whole:
+            ct, _ = jax.lax.scan(lambda w, c: (self._segment(c, m, w, params), None), ct,
+                                 stack, reverse=True)  # fmt: skip
+        return ct
+
+    def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
+        """``count`` steps from ``start`` recomputed one step per exchange, every state
+        stored, then run back from ``ct`` one adjoint step at a time."""
+        widths = tuple(max(lo, hi) for lo, hi in self.reach)
+        held = tuple(c.field for c in self.held if c.field is not None)
+        with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
+            body = step_fn(self.step, _given(given, self.takes_params))
+            one = group(body, widths, 1, self.reach)
+            _, kept = jax.lax.scan(lambda s, i: (one(s, i), s), blocks(start),
+                                   jnp.arange(count, dtype=jnp.int32))  # fmt: skip
+            back = adjoint_step(body, self.reach)
+
+            def step_back(j, w):
+                i = count - 1 - j
+                u = jax.tree.map(lambda g: GlobalArray(g.data[i], g.layout, g.ext), kept,
+                                 is_leaf=_is_array)  # fmt: skip
+                return back(u, w, i)
+
+            w = jax.lax.fori_loop(0, count, step_back, blocks(ct))
+        return physical(w)
+
+
+def _given(params, takes: bool):
+    """What the step is given besides its state (``None``: it is called ``step(state)``)."""
+    return (params if params is not None else ()) if takes else None
