@@ -45,6 +45,15 @@ def compiles():
     jax.monitoring.unregister_event_duration_listener(listen)
 
 
+@pytest.fixture(scope="session")
+def cluster():
+    """The local Slurm of scripts/local-slurm, started once for every test that submits jobs
+    (tests/slurm_cluster.py; skipped where it cannot start): its environment."""
+    import slurm_cluster  # tests/ is on sys.path (pyproject's pythonpath)
+
+    yield from slurm_cluster.running_cluster()
+
+
 def pytest_report_header(config):
     import mpi4py
     from mpi4py import MPI
@@ -64,7 +73,22 @@ def pytest_report_header(config):
 # depth), matches; a test whose source cannot be found counts as launching. A test marked
 # ``one_process`` starts a single process of its own (Sphinx, a script under other XLA flags):
 # no launcher, no ports, so it runs on either worker like the in-process tests.
-_LAUNCHES = re.compile(r"subprocess|mpiexec|MPIEXEC|srun|slurm|kill_after|run_example")
+_LAUNCHES = re.compile(
+    r"subprocess|mpiexec|MPIEXEC|srun|slurm|kill_after|run_example|run_mpi|compare\("
+)
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|[\r\n])|[^\r\n]+\Z")  # lines as Python's parser splits
+
+
+def _segment(lines: list[str], node) -> str:
+    """``ast.get_source_segment`` of ``node`` from the file's ``lines`` (offsets in UTF-8)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset : node.end_col_offset].decode()
+    head = lines[first].encode()[node.col_offset :].decode()
+    tail = lines[last].encode()[: node.end_col_offset].decode()
+    return head + "".join(lines[first + 1 : last]) + tail
 
 
 def _launching(path) -> tuple[set[str], bool, set[str]]:
@@ -73,10 +97,11 @@ def _launching(path) -> tuple[set[str], bool, set[str]]:
     import ast
 
     text = path.read_text(errors="replace")
+    lines = _LINE.findall(text)  # once: ast.get_source_segment splits the whole file per call
     sources = {}
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            sources[node.name] = sources.get(node.name, "") + ast.get_source_segment(text, node)
+            sources[node.name] = sources.get(node.name, "") + _segment(lines, node)
     found = {name for name, src in sources.items() if _LAUNCHES.search(src)}
     grown = True
     while grown:

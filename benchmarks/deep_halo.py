@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 MODES = {
     "tiny": dict(
-        heat=[(2**12, [2])], life=[(64, [2])], ks="1,4,auto", steps=8, repeats=2,
+        heat=[(2**12, [2])], life=[(64, [2])], ks="1,auto", steps=8, repeats=2,
         overhead=[], demo=False,
     ),
     "quick": dict(

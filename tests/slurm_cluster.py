@@ -83,7 +83,7 @@ def stop_cluster() -> None:
 
 
 def running_cluster(nodes: int = 2):
-    """Generator for a module-scoped pytest fixture: a started cluster's environment.
+    """Generator for a pytest fixture (conftest.py: one per run): a started cluster's environment.
 
     Skips where Slurm cannot be started, but fails instead when CI runs as root
     (CI must run the Slurm tests). Stops the cluster afterwards unless it was

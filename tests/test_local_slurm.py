@@ -52,9 +52,6 @@ JOB_CODE = textwrap.dedent("""
 """)
 
 
-cluster = pytest.fixture(scope="module")(slurm_cluster.running_cluster)
-
-
 @pytest.mark.slow
 def test_jax_job_spans_two_nodes(cluster, tmp_path):
     script = tmp_path / "job.sh"

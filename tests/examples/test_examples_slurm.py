@@ -36,9 +36,6 @@ except ImportError:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-cluster = pytest.fixture(scope="module")(slurm_cluster.running_cluster)
-
-
 def _requeue_until_rerun(job: str, log: Path, env: dict, tries: int = 3) -> None:
     """Requeue a finished job and wait until its rerun has reported.
 

@@ -20,7 +20,6 @@ except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from helpers import heat_numpy
 
 ROOT = Path(__file__).resolve().parents[2]
-cluster = pytest.fixture(scope="module")(slurm_cluster.running_cluster)
 
 JOB = """#!/bin/bash
 #SBATCH --job-name=pgas-snapshots
