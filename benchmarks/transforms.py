@@ -158,7 +158,7 @@ def nonlinear(tiny: bool, reps: int) -> dict:
     import pgas
 
     mesh2 = pgas.make_mesh(("x",), devices=2)
-    mesh22 = pgas.make_mesh(("y",), devices=2)
+    mesh_y = pgas.make_mesh(("y",), devices=2)
 
     def burgers(u):
         u[1:-1] = (u[1:-1] - 0.2 * u[1:-1] * (u[2:] - u[:-2])
@@ -183,8 +183,8 @@ def nonlinear(tiny: bool, reps: int) -> dict:
     cases = {
         "burgers1d": (burgers, lambda: pgas.from_numpy(x, mesh2, boundary=pgas.Keep()),
                       b_steps, lambda s: pgas.sum(s ** 2)),
-        "gray_scott2d": (gray_scott, lambda: {"u": pgas.from_numpy(u0, mesh22),
-                                              "v": pgas.from_numpy(v0, mesh22)},
+        "gray_scott2d": (gray_scott, lambda: {"u": pgas.from_numpy(u0, mesh_y),
+                                              "v": pgas.from_numpy(v0, mesh_y)},
                          g_steps, lambda s: pgas.sum(s["u"] ** 2) + pgas.sum(s["v"])),
     }  # fmt: skip
     out = {"grad": {}, "memory": []}

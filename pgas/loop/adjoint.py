@@ -66,7 +66,7 @@ from pgas.globalview.forms import blocks_of, narrowed
 from pgas.grid.decomposition import ext_of, ext_sides
 from pgas.loop.frames import step_fn
 
-__all__ = ["transposable", "affine", "transposed", "adjoint_reach", "adjoint_k"]
+__all__ = ["transposable", "qualifies", "affine", "transposed", "adjoint_reach", "adjoint_k"]
 
 State = Any
 
@@ -131,12 +131,27 @@ def transposable(step: Callable, state: State, params: Any = None) -> bool:
     >>> transposable(heat, pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Neumann()))
     False
     """
+    return qualifies(state) and affine(step, state, params)
+
+
+def qualifies(state: State) -> bool:
+    """Whether reverse mode runs a run on ``state`` back through pgas's own loops (the
+    transposed step here, or :mod:`pgas.loop.reverse`): every leaf a field of an inexact
+    dtype, and no field with a face whose ghosts steps write (Neumann: giving their
+    cotangent back to the face's cells every step is the slow path, see the module
+    docstring).
+
+    >>> import numpy as np, pgas
+    >>> mesh = pgas.make_mesh(devices=1)
+    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Keep()))
+    True
+    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Neumann()))
+    False
+    """
     if not _fields_only(state):
         return False
-    for g in jax.tree.leaves(state, is_leaf=_is_array):
-        if any(bc.refreshed for faces in g.layout.boundary for bc in faces):
-            return False
-    return affine(step, state, params)
+    leaves = jax.tree.leaves(state, is_leaf=_is_array)
+    return not any(bc.refreshed for g in leaves for faces in g.layout.boundary for bc in faces)
 
 
 def affine(step: Callable, state: State, params: Any = None) -> bool:

@@ -9,10 +9,13 @@ numbers of JAX's derivative of the loop.
 - A step affine in its state, differentiated with respect to the state only
   (:func:`pgas.loop.adjoint.transposable`): the tangent is a ``linear_call``
   whose transpose runs the transposed step through a loop of
-  :func:`pgas.loop.programs.program` (:func:`adjoint_loop`,
+  :func:`pgas.loop.programs.program` (:class:`Transposed`,
   :mod:`pgas.loop.adjoint`): deep halos and double buffers as the forward has
   them, nothing stored and nothing recomputed. A ``vmap`` of it runs through
   the batching rule of :mod:`pgas.loop.batching`.
+- Another step on fields, differentiated with respect to the state only: the
+  same ``linear_call``, whose transpose runs checkpointed segments back one
+  adjoint step at a time (:mod:`pgas.loop.reverse`).
 - Otherwise the derivative is that of the same loop run one step per exchange
   with loop-invariant masks (:func:`pgas.loop.iterations.tie`; the same bits at
   every ``k``), so nothing per step is stored for a linear step and no
@@ -68,7 +71,7 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
 
     - A step affine in its state (:func:`pgas.loop.adjoint.transposable`): :class:`Transposed`,
       the transposed step run ``steps`` times through the forward's loop.
-    - Another step on fields (:func:`pgas.loop.reverse.qualifies`):
+    - Another step on fields (:func:`pgas.loop.adjoint.qualifies`):
       :class:`pgas.loop.reverse.Checkpointed`, checkpointed segments run back one
       adjoint step at a time.
 
@@ -102,13 +105,15 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
     if how.widths is None:
         return None
     fields = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, GlobalArray))
+    if not adjoint.qualifies(state):
+        return None
+    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
+                     for a in range(len(how.reach)))  # fmt: skip
     read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
         params, is_leaf=lambda x: isinstance(x, GlobalArray)))  # fmt: skip
     takes = params is not None
     if adjoint.transposable(step, state, params):
         widths = adjoint.adjoint_reach(how.reach)
-        shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
-                         for a in range(len(widths)))  # fmt: skip
         k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
         if k < 1:
             return None
@@ -117,10 +122,6 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
                        captured=held, **reads(step))  # fmt: skip
         return Transposed(lambda s, p: forward(s, steps, p, tied=True, scan=False),
                           lambda ct, p: prog.inline(ct, steps, p, None))  # fmt: skip
-    if not reverse.qualifies(state):
-        return None
-    shortest = tuple(min(g.layout.axes[a].min_length for g in fields)
-                     for a in range(len(how.reach)))  # fmt: skip
     if not reverse.fits(how.reach, shortest, read_only):
         return None
     return reverse.Checkpointed(
@@ -149,14 +150,15 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
     the caller gave it (a static count, or a traced one for forward use).
 
-    ``adjoint_of(state, params)``: the transposed loop ``back(ct, params)`` or
-    ``None`` (:func:`adjoint_loop`). Where only the state has a tangent and
-    ``back`` exists, the rule's tangent is a ``jax.custom_derivatives.linear_call``
-    whose transpose is ``back``, so reverse mode runs the transposed step
-    through the forward's deep-halo loop instead of JAX's transpose of the
-    derivative's loop; the rule's primal is then the forward loop as a while
-    loop (reverse mode's partial evaluation of a scan would hoist its index
-    arrays out of the loop, see :func:`pgas.loop.iterations.fori`).
+    ``adjoint_of(state, params)``: how the loop runs back, an object with
+    ``forward`` and ``back`` (:func:`reverse_of`), or ``None``. Where only the
+    state has a tangent and it exists, the rule's primal is its ``forward``
+    (the forward loop as a while loop: reverse mode's partial evaluation of a
+    scan would hoist its index arrays out of the loop, see
+    :func:`pgas.loop.iterations.fori`), and its tangent a
+    ``jax.custom_derivatives.linear_call`` whose transpose is its ``back``, so
+    reverse mode runs pgas's own loops instead of JAX's transpose of the
+    derivative's loop.
 
     >>> import jax
     >>> def loop(s, steps, p, tied=True, scan=True):  # a toy loop: s doubled, steps times

@@ -67,6 +67,7 @@ from pgas.grid.mesh import platform_of
 
 __all__ = [
     "step_fn",
+    "step_params",
     "hold",
     "frames",
     "cores",
@@ -131,6 +132,16 @@ def step_fn(step: Callable[..., State], params: Any = None) -> Callable[[State],
         return jax.tree.map(_as_array, out, is_leaf=lambda x: isinstance(x, View))
 
     return wrapped
+
+
+def step_params(params: Any, takes: bool) -> Any:
+    """What :func:`step_fn` gives a step besides its state: ``params`` (``()`` for none)
+    where the step is called ``step(state, params)``, else ``None``.
+
+    >>> step_params(None, True), step_params({"c": 1.0}, True), step_params(None, False)
+    ((), {'c': 1.0}, None)
+    """
+    return (params if params is not None else ()) if takes else None
 
 
 def hold(mesh, halo: tuple[int, ...]) -> bool:

@@ -53,6 +53,7 @@ from pgas.loop.frames import (
     physical,
     refreshed,
     step_fn,
+    step_params,
 )
 from pgas.loop.iterations import fori, segments, tie
 from pgas.loop.outside import numbers_read
@@ -164,7 +165,7 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         return _double(step, k, widths, every, look, transport, takes_params, held, sides)
 
     def body(params):
-        return step_fn(step, _given(params, takes_params))
+        return step_fn(step, step_params(params, takes_params))
 
     def loop(a, count, params, segment, ready=False, tied=True, scan=True):
         if not ready:  # params and constants extended once, outside the loop
@@ -210,11 +211,6 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
     return Program(same, run, same, inline)
 
 
-def _given(params, takes: bool):
-    """What the step is given besides its state (``None``: it is called ``step(state)``)."""
-    return (params if params is not None else ()) if takes else None
-
-
 def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             look: Callable, transport: Callable | None = None,
             takes_params: bool = False, fields: tuple = (),
@@ -242,7 +238,7 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
         if not ready:
             with loop_inputs(params, fields, widths, k) as params:
                 return loop(state, count, params, segment, odd, True, tied, scan)
-        body = step_fn(step, _given(params, takes_params))
+        body = step_fn(step, step_params(params, takes_params))
         many = tie(double_group(body, widths, k, transport, sides), tied)
         single = tie(double_group(body, widths, 1, transport, sides), tied)
 

@@ -34,7 +34,8 @@ another block is written, nothing is scattered across blocks. A cell the step
 never writes (a padding cell of an uneven block, a ghost beyond a Dirichlet or
 Keep face) is the identity, so its cotangent goes back to itself only, and is
 dropped. A Neumann ghost follows the cells beside its face (steps write it),
-so a run with a Neumann face is not run back here (:func:`qualifies`).
+so a run with a Neumann face is not run back here
+(:func:`pgas.loop.adjoint.qualifies`).
 
 Cost. The adjoint step runs one step per exchange, and JAX's transpose of a
 window read is a ``pad``: on XLA's CPU a sum of pads costs several times the
@@ -60,9 +61,9 @@ import jax.numpy as jnp
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.forms import anchor_of, blocks_of, narrowed
 from pgas.grid.decomposition import ext_of, ext_sides
-from pgas.loop.frames import blocks, frames, group, loop_inputs, physical, step_fn
+from pgas.loop.frames import blocks, frames, group, loop_inputs, physical, step_fn, step_params
 
-__all__ = ["Schedule", "schedule", "fits", "qualifies", "adjoint_step", "Checkpointed"]
+__all__ = ["Schedule", "schedule", "fits", "adjoint_step", "Checkpointed"]
 
 State = Any
 Sides = tuple[tuple[int, int], ...]
@@ -82,8 +83,8 @@ class Schedule:
         segment: steps between checkpoints, a multiple of ``k``.
 
     >>> s = Schedule(steps=1000, k=16, segment=32)
-    >>> s.checkpoints, s.stored
-    (32, 64)
+    >>> s.checkpoints, s.stored, s.whole, s.last
+    (32, 64, 31, 8)
     """
 
     steps: int
@@ -95,6 +96,16 @@ class Schedule:
         """States the forward stores: one at the start of every segment (the last may be
         partial)."""
         return -(-self.steps // self.segment)
+
+    @property
+    def whole(self) -> int:
+        """Whole segments before the last one (which may be whole too)."""
+        return (self.steps - 1) // self.segment
+
+    @property
+    def last(self) -> int:
+        """Steps of the last segment."""
+        return self.steps - self.whole * self.segment
 
     @property
     def stored(self) -> int:
@@ -138,24 +149,6 @@ def fits(reach: Sides, shortest: tuple[int, ...], read_only: bool) -> bool:
     """
     return all((3 * max(lo, hi) if read_only else lo + hi) <= n
                for (lo, hi), n in zip(reach, shortest))  # fmt: skip
-
-
-def qualifies(state: State) -> bool:
-    """Whether a run on ``state`` is run back here: every leaf a field of an inexact dtype,
-    and no field with a face whose ghosts steps write (Neumann, see the module docstring).
-
-    >>> import numpy as np, pgas
-    >>> mesh = pgas.make_mesh(devices=1)
-    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Keep()))
-    True
-    >>> qualifies(pgas.from_numpy(np.zeros(8), mesh, boundary=pgas.Neumann()))
-    False
-    """
-    leaves = jax.tree.leaves(state, is_leaf=_is_array)
-    if not leaves or not all(_is_array(g) and jnp.issubdtype(g.data.dtype, jnp.inexact)
-                             for g in leaves):  # fmt: skip
-        return False
-    return not any(bc.refreshed for g in leaves for faces in g.layout.boundary for bc in faces)
 
 
 def adjoint_step(body: Callable, reach: Sides) -> Callable:
@@ -226,23 +219,19 @@ class Checkpointed:
     def forward(self, state: State, params: Any) -> tuple[State, tuple]:
         """The run's result, and what reverse mode keeps: the checkpoints (stacked) and the
         last segment's start."""
-        n, m = self.schedule.steps, self.schedule.segment
-        whole = (n - 1) // m  # whole segments before the last (which may be whole too)
-        stack = None
-        if whole:
-            state, stack = jax.lax.scan(lambda c, _: (self.run(c, m, params), c), state,
-                                        None, length=whole)  # fmt: skip
-        return self.run(state, n - whole * m, params), (stack, state)
+        s, stack = self.schedule, None
+        if s.whole:
+            state, stack = jax.lax.scan(lambda c, _: (self.run(c, s.segment, params), c),
+                                        state, None, length=s.whole)  # fmt: skip
+        return self.run(state, s.last, params), (stack, state)
 
     def back(self, kept: tuple, ct: State, params: Any) -> State:
         """The cotangent of the run's start from ``ct``, that of its result."""
-        stack, last = kept
-        n, m = self.schedule.steps, self.schedule.segment
-        whole = (n - 1) // m
-        ct = self._segment(last, n - whole * m, ct, params)
-        if whole:
-            ct, _ = jax.lax.scan(lambda w, c: (self._segment(c, m, w, params), None), ct,
-                                 stack, reverse=True)  # fmt: skip
+        (stack, last), s = kept, self.schedule
+        ct = self._segment(last, s.last, ct, params)
+        if s.whole:
+            ct, _ = jax.lax.scan(lambda w, c: (self._segment(c, s.segment, w, params), None),
+                                 ct, stack, reverse=True)  # fmt: skip
         return ct
 
     def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
@@ -251,7 +240,7 @@ class Checkpointed:
         widths = tuple(max(lo, hi) for lo, hi in self.reach)
         held = tuple(c.field for c in self.held if c.field is not None)
         with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
-            body = step_fn(self.step, _given(given, self.takes_params))
+            body = step_fn(self.step, step_params(given, self.takes_params))
             one = group(body, widths, 1, self.reach)
             _, kept = jax.lax.scan(lambda s, i: (one(s, i), s), blocks(start),
                                    jnp.arange(count, dtype=jnp.int32))  # fmt: skip
@@ -265,8 +254,3 @@ class Checkpointed:
 
             w = jax.lax.fori_loop(0, count, step_back, blocks(ct))
         return physical(w)
-
-
-def _given(params, takes: bool):
-    """What the step is given besides its state (``None``: it is called ``step(state)``)."""
-    return (params if params is not None else ()) if takes else None

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 import pgas
+from pgas.loop.adjoint import qualifies
 from pgas.loop.derivative import reverse_of
 from pgas.loop.programs import program
-from pgas.loop.reverse import Checkpointed, Schedule, fits, qualifies, schedule
+from pgas.loop.reverse import Checkpointed, Schedule, fits, schedule
 
 A, D = 0.2, 0.1
 COLLECTIVE = re.compile(r"= (\S+) (collective-permute|all-gather|all-reduce|all-to-all)\(")
