@@ -38,7 +38,7 @@ MOVED: dict[str, str] = {
 
 #: the layers, bottom first: a module imports only from its own layer and those below
 LAYERS: tuple[str, ...] = (
-    "runtime", "grid", "globalview", "loop", "references", "io", "app",
+    "runtime", "grid", "globalview", "loop", "solvers", "references", "io", "app",
 )  # fmt: skip
 
 

@@ -3,6 +3,8 @@
     python examples/poisson/poisson.py --n 129 --devices 4
     python examples/poisson/poisson.py --n 65 --devices 4 --plot out/poisson.png --json
     python examples/poisson/poisson.py --order 33 65 129        # error against the exact u
+    python examples/poisson/poisson.py --n 129 --devices 4 --methods cg multigrid mgcg
+    python examples/poisson/poisson.py --case cube --n 65 --devices 4 --methods multigrid mgcg
     python examples/poisson/poisson.py --n 33 --devices 3 --backend explicit
     python examples/poisson/poisson.py --n 65 --devices 4 --platform cpu --out out/poisson.nc
     mpiexec -n 3 python examples/poisson/poisson.py --n 33 --backend mpi
@@ -225,9 +227,11 @@ def solve_cg_on(backend: str, n: int, devices: int, tol: float = 1e-8,
 
 # ---- Time loop ----------------------------------------------------------------------------
 def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) -> dict:
-    """Solve with ``method`` ("jacobi" or "cg"); iterations, seconds, residual, error and the
-    converged field (``"field"``, gathered to NumPy)."""
+    """Solve with ``method`` ("jacobi", "cg", "multigrid" or "mgcg"); iterations, seconds,
+    residual, error and the converged field (``"field"``, gathered to NumPy)."""
     b, field = fields(n, mesh)
+    if method in ("multigrid", "mgcg"):
+        return solve_multigrid(method, n, b, field, tol)
     bb = float((b * b).sum())
     if method == "jacobi":
         step, done, kw = jacobi, jacobi_converged(tol, bb), {"params": field(b)}
@@ -245,6 +249,73 @@ def solve(method: str, n: int, mesh, tol: float = 1e-8, max_steps: int = 10**6) 
             "seconds_per_iteration": seconds / out.steps_taken,
             "relative_residual": _relative_residual(u, b),
             "error_max": float(np.abs(u - exact(n)).max()), "field": u}  # fmt: skip
+
+
+def solve_multigrid(method: str, n: int, b: np.ndarray, field, tol: float) -> dict:
+    """``pgas.solvers``: multigrid V-cycles, or CG preconditioned by one V-cycle ("mgcg"),
+    on -lap(u) = f (``b / h**2``); the same dict as :func:`solve` (iterations: cycles)."""
+    h = 1.0 / (n - 1)
+    op, f = pgas.solvers.Poisson(h=h), field(b / (h * h))
+    if method == "multigrid":
+        run = lambda: pgas.solvers.multigrid(op, f, tol=tol, max_cycles=200)  # noqa: E731
+    else:
+        run = lambda: pgas.solvers.cg(op, f, M=op.vcycle, tol=tol, max_iters=200)  # noqa: E731
+    run().x.data.block_until_ready()  # compiles
+    start = time.perf_counter()
+    out = run()
+    out.x.data.block_until_ready()
+    seconds = time.perf_counter() - start
+    u, iterations = out.x.to_numpy(), int(out.iterations)
+    return {"method": method, "backend": "auto", "n": n, "devices": f.layout.mesh.size,
+            "iterations": iterations, "converged": bool(out.converged), "check_every": 1,
+            "seconds": seconds, "seconds_per_iteration": seconds / max(iterations, 1),
+            "relative_residual": _relative_residual(u, b),
+            "error_max": float(np.abs(u - exact(n)).max()), "field": u}  # fmt: skip
+
+
+def solve_case(case: str, method: str, n: int, devices: int, tol: float = 1e-8) -> dict:
+    """``pgas.solvers`` on the other cases: ``"cube"``, -lap(u) = f with u = e^x sin(pi x)
+    sin(pi y) sin(pi z) on n^3 points (7-point Laplacian); ``"variable"``, -div(a grad u) = f
+    on the square with a = 1 + 0.9 sin(2 pi x) sin(2 pi y) and f = A u_exact, the
+    discrete operator applied to the manufactured u (so the error is the solver's alone).
+    ``method``: "cg", "multigrid" or "mgcg"; the dict of :func:`solve` (no field)."""
+    x = np.linspace(0.0, 1.0, n)
+    h = 1.0 / (n - 1)
+    names = ("z", "y", "x") if case == "cube" else ("y", "x")
+    mesh = pgas.make_mesh(names, devices=devices)
+
+    def field(a):
+        return pgas.from_numpy(a, mesh, boundary=pgas.Keep())
+
+    if case == "cube":
+        s, c, e = np.sin(np.pi * x), np.cos(np.pi * x), np.exp(x)
+        yz = s[None, :, None] * s[None, None, :]
+        want = (e * s)[:, None, None] * yz
+        rhs = (e * ((3 * np.pi**2 - 1) * s - 2 * np.pi * c))[:, None, None] * yz
+        op, f = pgas.solvers.Poisson(h=h), field(rhs)
+    else:
+        s2 = np.sin(2 * np.pi * x)
+        a = 1 + 0.9 * s2[:, None] * s2[None, :]
+        want = exact(n)
+        op = pgas.solvers.Poisson(h=h, coefficient=field(a))
+        f = op(field(want))
+    if method == "cg":
+        run = lambda: pgas.solvers.cg(op, f, tol=tol, max_iters=10**5)  # noqa: E731
+    elif method == "mgcg":
+        run = lambda: pgas.solvers.cg(op, f, M=op.vcycle, tol=tol, max_iters=200)  # noqa: E731
+    else:
+        run = lambda: pgas.solvers.multigrid(op, f, tol=tol, max_cycles=200)  # noqa: E731
+    run().x.data.block_until_ready()  # compiles
+    start = time.perf_counter()
+    out = run()
+    out.x.data.block_until_ready()
+    seconds = time.perf_counter() - start
+    iterations = int(out.iterations)
+    return {"method": method, "case": case, "backend": "auto", "n": n, "devices": devices,
+            "iterations": iterations, "converged": bool(out.converged), "check_every": 1,
+            "seconds": seconds, "seconds_per_iteration": seconds / max(iterations, 1),
+            "relative_residual": float(out.residual),
+            "error_max": float(np.abs(out.x.to_numpy() - want).max())}  # fmt: skip
 
 
 def solve_on(backend: str, n: int, devices: int, tol: float = 1e-8,
@@ -337,6 +408,8 @@ def plot(path: str, n: int, mesh, runs: list[dict]) -> None:
     fig.colorbar(im, ax=left)
     left.set_title(f"CG solution, n = {n}")
     for r in runs:
+        if r["method"] not in ("jacobi", "cg"):
+            continue  # the histories are of the global-view loops written here
         every = max(1, r["iterations"] // 200)
         h = history(r["method"], n, mesh, r["iterations"], every)
         right.semilogy(every * np.arange(1, len(h) + 1), h, label=r["method"])
@@ -356,8 +429,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--methods",
         nargs="+",
-        choices=["jacobi", "cg"],
-        help="default: jacobi and cg",
+        choices=["jacobi", "cg", "multigrid", "mgcg"],
+        help="default: jacobi and cg; multigrid (V-cycles) and mgcg (CG preconditioned by a "
+        "V-cycle) are pgas.solvers' (--backend auto)",
     )
     parser.add_argument(
         "--backend",
@@ -366,6 +440,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="mpi: under mpiexec",
     )
     parser.add_argument("--order", type=int, nargs="+", help="sizes for the error's order (CG)")
+    parser.add_argument(
+        "--case",
+        default="square",
+        choices=["square", "cube", "variable"],
+        help="cube: the 3-D Laplacian on n^3 points; variable: -div(a grad u) on the square "
+        "(both with --methods cg, multigrid, mgcg)",
+    )
     options.add_platform(parser)
     options.add_out(parser, "write each method's converged field and iterations as an xarray "
                     "Dataset (.nc or .zarr; one grid: not with several --order sizes)")  # fmt: skip
@@ -376,10 +457,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.n < 3:
         parser.error(f"--n {args.n}: the grid needs at least 3 points per side")
     if args.methods is None:
-        args.methods = ["jacobi", "cg"]
+        args.methods = ["jacobi", "cg"] if args.case == "square" else ["multigrid", "mgcg"]
     if args.backend != "auto" and args.plot:
         parser.error(f"--backend {args.backend} draws no pictures: drop --plot, or use "
                      f"--backend auto")  # fmt: skip
+    if args.backend != "auto" and {"multigrid", "mgcg"} & set(args.methods):
+        parser.error(f"--methods multigrid and mgcg run on --backend auto (pgas.solvers), not "
+                     f"{args.backend}: drop them, or use --backend auto")  # fmt: skip
+    if args.case != "square" and (args.backend != "auto" or "jacobi" in args.methods
+                                  or args.out or args.plot or args.order):  # fmt: skip
+        parser.error(f"--case {args.case} runs --methods cg, multigrid and mgcg on --backend "
+                     f"auto, without --out, --plot and --order")  # fmt: skip
     sizes = args.order or [args.n]
     if args.out:
         if len(sizes) > 1:
@@ -398,7 +486,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
         options.or_exit(parser, lambda: platform.select(args.platform, args.devices))
     jax.config.update("jax_enable_x64", True)
-    if args.backend == "auto":
+    if args.case != "square":
+        runs = [solve_case(args.case, m, n, args.devices, args.tol)
+                for n in sizes for m in args.methods]  # fmt: skip
+    elif args.backend == "auto":
         mesh = pgas.make_mesh(("y", "x"), devices=args.devices)
         runs = [solve(m, n, mesh, args.tol) for n in sizes for m in args.methods]
     else:  # on mpi, rank 0 reports

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pgas.errors import PgasError, whole_number
+from pgas.errors import FrameError, PgasError, whole_number
 from pgas.globalview.array import GlobalArray
 from pgas.loop import counts, kept, returns
 from pgas.loop.outside import captured
@@ -52,7 +52,7 @@ from pgas.loop.programs import program, reads, sides
 from pgas.loop.scalars import check_state
 from pgas.loop.traced import run_traced
 
-__all__ = ["run", "compiled", "check_params"]
+__all__ = ["run", "compiled", "check_params", "check_not_framed"]
 
 State = Any
 
@@ -157,8 +157,33 @@ def check_params(params) -> None:
                 f"fields): pass other settings to the step by closure or functools.partial"
             )
         if isinstance(leaf, GlobalArray) and leaf.ext is not None:
-            raise PgasError(f"params{jax.tree_util.keystr(path)} is an array inside a loop; "
-                            f"pass a GlobalArray in its physical form")  # fmt: skip
+            raise _nested(f"params{jax.tree_util.keystr(path)}")
+
+
+def check_not_framed(state) -> None:
+    """A loop's ``state`` must be in its physical form: a loop called inside another loop's
+    step that runs on deep-halo frames raises :class:`~pgas.errors.FrameError`, which the
+    outer plan reads as "run this step without frames" (a nested solve then sees its fields
+    whole, as a standalone call does).
+
+    >>> check_not_framed(None)
+    """
+    found, _ = jax.tree_util.tree_flatten_with_path(
+        state, is_leaf=lambda x: isinstance(x, GlobalArray)
+    )
+    for path, leaf in found:
+        if isinstance(leaf, GlobalArray) and leaf.ext is not None:
+            raise _nested(f"state{jax.tree_util.keystr(path)}")
+
+
+def _nested(what: str) -> FrameError:
+    return FrameError(
+        f"{what} is a field held on an outer loop's deep-halo frames: the step calls a loop "
+        f"(pgas.run, pgas.run_until or a pgas.solvers solve), which runs on whole fields, so "
+        f"the outer loop runs that step one step per exchange without frames (pgas.run and "
+        f"pgas.run_until plan that by themselves; a loop called from outside any loop takes "
+        f"GlobalArrays in their physical form)"
+    )
 
 
 def _traced(*trees) -> bool:
@@ -300,6 +325,7 @@ def run(
     array([0.75, 0.5 , 0.75])
     """
     check_params(params)
+    check_not_framed(state)
     if remat_every is not None and remat_every != AUTO and (
             not _is_int(remat_every) or remat_every < 1):  # fmt: skip
         raise PgasError(f"remat_every = {remat_every!r}: give a whole number >= 1, 'auto' or None")

@@ -68,7 +68,7 @@ from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.programs import program, sides
 from pgas.loop.scalars import check_state
-from pgas.loop.timeloop import check_params
+from pgas.loop.timeloop import check_not_framed, check_params
 
 __all__ = [
     "run_until",
@@ -435,6 +435,7 @@ def run_until(
     """
     check_args(max_steps, check_every, steps_per_exchange)
     check_params(params)
+    check_not_framed(state)
     check_state(state)
     how = make_plan(step, state, steps_per_exchange, params=params)
     every, note = choose_check_every(check_every, how.steps_per_exchange, how.reduces)

@@ -115,3 +115,26 @@ def test_poisson_out_writes_each_final_field_and_platform_cpu_is_accepted(tmp_pa
             np.testing.assert_array_equal(field.values, r["field"])
         np.testing.assert_array_equal(ds["u_jacobi"].values, u)
         assert ds["u_jacobi"].attrs["iterations"] == n and ds["u_cg"].attrs["converged"] == 1
+
+
+def test_poisson_multigrid_and_mgcg_solve_what_cg_solves_and_the_other_cases_run(capsys):
+    """pgas.solvers in the example: the same discrete solution as NumPy CG (to the
+    tolerance), few cycles; the 3-D and variable-coefficient cases; methods the other
+    backends do not have are refused."""
+    import pytest
+
+    (mg,) = P.main(["--n", "17", "--devices", "4", "--methods", "multigrid", "--json"])
+    b, exact = numpy_problem(17)
+    _, x = cg_iterations(b, tol=1e-12)
+    assert mg["converged"] and mg["relative_residual"] <= 1e-8 and mg["iterations"] <= 12
+    assert abs(mg["error_max"] - np.abs(x - exact).max()) < 1e-7  # the discretisation's
+    (var,) = P.main(["--case", "variable", "--n", "17", "--devices", "3", "--methods", "mgcg",
+                     "--json"])  # fmt: skip
+    assert var["converged"] and var["error_max"] < 1e-6 and var["iterations"] <= 10
+    # f = A u_exact: the error is the solver's alone
+    with pytest.raises(SystemExit):
+        P.main(["--n", "17", "--backend", "explicit", "--methods", "multigrid"])
+    assert "run on --backend auto (pgas.solvers)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        P.main(["--case", "cube", "--n", "9", "--methods", "jacobi"])
+    assert "--case cube runs --methods cg, multigrid and mgcg" in capsys.readouterr().err

@@ -321,3 +321,38 @@ def test_forward_mode_runs_the_tangent_through_the_same_loop():
     np.testing.assert_array_equal(out.to_numpy(), pgas.run(jacobi1d, u, n).to_numpy())
     np.testing.assert_allclose(tangent.to_numpy(), pgas.run(jacobi1d, du, n).to_numpy(),
                                rtol=1e-13, atol=1e-15)  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::pgas.NonConvergenceWarning")  # fixed counts, by design
+def test_a_loop_inside_a_step_compiles_into_one_program_as_a_python_loop_runs():
+    """run_until (params a GlobalArray, or a closure) and run inside a step of run/run_until:
+    the outer step runs without frames, each inner loop as a standalone call."""
+    mesh = pgas.make_mesh(("x",), devices=3)
+    b = pgas.from_numpy(np.linspace(0.0, 1.0, 11), mesh, boundary=pgas.Keep())
+
+    def jacobi(u, b):
+        u[1:-1] = 0.5 * (u[:-2] + u[2:]) + 0.1 * b[1:-1]
+        return u
+
+    def small(u, b):
+        return pgas.max(abs(u)) > 1e9  # never: max_steps sweeps
+
+    def with_params(u, b):
+        inner, _ = pgas.run_until(jacobi, u, small, 5, params=b, check_every=1)
+        inner[1:-1] = inner[1:-1] * 0.5
+        return inner
+
+    def with_closure(u):
+        return pgas.run(lambda v: jacobi(v, b), u, 3)
+
+    u0 = pgas.from_numpy(np.arange(11.0), mesh, boundary=pgas.Keep())
+    want_p, want_c = u0, u0
+    for _ in range(3):
+        want_p, want_c = with_params(want_p, b), with_closure(want_c)
+    got_p = pgas.run(with_params, u0, 3, params=b)
+    got_c, steps = pgas.run_until(with_closure, u0, lambda u: pgas.max(u) < -1, 3)
+    assert steps == 3
+    assert np.array_equal(got_p.to_numpy(), want_p.to_numpy())
+    assert np.array_equal(got_c.to_numpy(), want_c.to_numpy())
+    note = pgas.plan.plan(with_params, u0, params=b).note
+    assert "k = 1, no deep halos" in note and "the step calls a loop" in note
