@@ -29,6 +29,7 @@ import numpy as np
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.view import View
+from pgas.loop.timeloop import check_not_framed
 from pgas.loop.until import run_until
 from pgas.solvers import fields, implicit, outer
 from pgas.solvers.solution import Solution
@@ -196,6 +197,8 @@ def iterate(A, M, rhs, bb, tol, max_iters, dot):
              "rz": rr if M is None else dot(rhs, z)}  # fmt: skip
 
     def step(s):
+        if M is not None:
+            check_not_framed(s)  # a preconditioner may slice with strides (multigrid)
         x, r, p, rz = s["x"], s["r"], s["p"], s["rz"]
         ap = fields.masked(A(p), p)
         pap = dot(p, ap)

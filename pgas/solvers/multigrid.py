@@ -26,6 +26,7 @@ from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.reduce import sum as global_sum
 from pgas.globalview.view import View
+from pgas.loop.timeloop import check_not_framed
 from pgas.loop.until import run_until
 from pgas.solvers import cycle, fields, implicit, krylov, outer
 from pgas.solvers.poisson import Poisson
@@ -112,6 +113,7 @@ def _multigrid(static, op, b, x0, tol) -> Solution:
         state = {"e": e, "r": r, "rr": fields.dot(r, r)}
 
         def step(s):
+            check_not_framed(s)  # strided transfers: the loop's plan learns it at once
             e = fields.updated(s["e"], 1.0, cycle.vcycle(ops, s["r"]))
             r = cycle.residual(op, e, rhs)
             return {"e": e, "r": r, "rr": fields.dot(r, r)}
