@@ -169,6 +169,30 @@ def stability_limit(n: int, re: float, lid: float = 1.0) -> float:
 # tests/examples/test_cavity.py repeats in NumPy.
 
 
+def advance_vorticity(c: Cavity, psi, w, lid):
+    """Steps (1) and (2) of :func:`make_step`: the wall vorticity, then omega forward;
+    ``(w, change)``, ``change`` = max|omega_new - omega| / dt over the interior."""
+    h, nu, dt = c.h, c.nu, c.dt
+    wall, diff, conv = -2.0 / (h * h), nu / (h * h), 0.5 / h
+    # (1) Thom's formula: omega on a wall from psi one cell inside (psi = 0 on the walls)
+    w[0, 1:-1] = wall * psi[1, 1:-1]
+    w[-1, 1:-1] = wall * psi[-2, 1:-1]
+    w[1:-1, 0] = wall * psi[1:-1, 1]
+    w[1:-1, -1] = wall * psi[1:-1, -2] - 2.0 * lid / h
+    # (2) omega forward: explicit Euler, central differences
+    c0 = w[1:-1, 1:-1]
+    u = (psi[1:-1, 2:] - psi[1:-1, :-2]) * conv
+    v = (psi[:-2, 1:-1] - psi[2:, 1:-1]) * conv
+    lap = w[2:, 1:-1] + w[:-2, 1:-1] + w[1:-1, 2:] + w[1:-1, :-2] - 4 * c0
+    adv = u * (w[2:, 1:-1] - w[:-2, 1:-1]) + v * (w[1:-1, 2:] - w[1:-1, :-2])
+    rate = diff * lap - conv * adv
+    # now: rate is a lazy view of w, which the next line writes; no derivative (a test,
+    # and JAX has no derivative rule for the max all-reduce, pmax)
+    change = pgas.max(pgas.apply(jax.lax.stop_gradient, abs(rate)))
+    w[1:-1, 1:-1] = c0 + dt * rate
+    return w, change
+
+
 @functools.lru_cache(maxsize=16)
 def make_step(c: Cavity):
     """The time step of ``c``, ``step(state, lid)``: wall vorticity, omega forward, then the
@@ -177,29 +201,12 @@ def make_step(c: Cavity):
 
     One function per problem (cached): ``pgas.run_until`` knows a step by its identity, so
     runs of the same problem (a restart, the next chunk) reuse one compiled loop."""
-    h, nu, dt = c.h, c.nu, c.dt
-    wall, diff, conv = -2.0 / (h * h), nu / (h * h), 0.5 / h
-    op = pgas.solvers.Poisson(h=h)
+    op = pgas.solvers.Poisson(h=c.h)
     tol, cycles = c.solver_tol, c.max_cycles
 
     def step(s, lid):
         psi, w = s["psi"], s["omega"]
-        # (1) Thom's formula: omega on a wall from psi one cell inside (psi = 0 on the walls)
-        w[0, 1:-1] = wall * psi[1, 1:-1]
-        w[-1, 1:-1] = wall * psi[-2, 1:-1]
-        w[1:-1, 0] = wall * psi[1:-1, 1]
-        w[1:-1, -1] = wall * psi[1:-1, -2] - 2.0 * lid / h
-        # (2) omega forward: explicit Euler, central differences
-        c0 = w[1:-1, 1:-1]
-        u = (psi[1:-1, 2:] - psi[1:-1, :-2]) * conv
-        v = (psi[:-2, 1:-1] - psi[2:, 1:-1]) * conv
-        lap = w[2:, 1:-1] + w[:-2, 1:-1] + w[1:-1, 2:] + w[1:-1, :-2] - 4 * c0
-        adv = u * (w[2:, 1:-1] - w[:-2, 1:-1]) + v * (w[1:-1, 2:] - w[1:-1, :-2])
-        rate = diff * lap - conv * adv
-        # now: rate is a lazy view of w, which the next line writes; no derivative (a test,
-        # and JAX has no derivative rule for the max all-reduce, pmax)
-        change = pgas.max(pgas.apply(jax.lax.stop_gradient, abs(rate)))
-        w[1:-1, 1:-1] = c0 + dt * rate
+        w, change = advance_vorticity(c, psi, w, lid)
         # (3) -lap(psi) = omega, warm-started from the previous psi (whose walls stay 0)
         sol = pgas.solvers.multigrid(op, w, psi, tol=tol, max_cycles=cycles)
         return {"psi": sol.x, "omega": w, "change": change,

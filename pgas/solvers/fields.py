@@ -8,8 +8,12 @@ products leave them out. Every other cell is an unknown.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
@@ -18,7 +22,8 @@ from pgas.globalview.view import View
 from pgas.grid.boundary import Keep, Neumann, Periodic
 from pgas.grid.layout import Layout
 
-__all__ = ["grid_kinds", "unknowns", "zeros", "as_array", "dot", "masked", "updated"]
+__all__ = ["grid_kinds", "unknowns", "zeros", "as_array", "dot", "masked", "updated",
+           "replicated", "gathered", "scattered"]  # fmt: skip
 
 
 def unknowns(layout: Layout) -> tuple[slice, ...]:
@@ -113,3 +118,44 @@ def grid_kinds(layout: Layout) -> tuple[str, ...]:
                 f"write the value into its edge cells"
             )
     return tuple(kinds)
+
+
+# ---- coarse levels on every device -------------------------------------------------------
+def replicated(layout: Layout) -> Layout:
+    """``layout`` with no axis split: every device holds the whole (coarse) field.
+
+    >>> import pgas
+    >>> lay = pgas.zeros((5, 5), pgas.make_mesh(("y", "x"), devices=4)).layout
+    >>> replicated(lay).spec, replicated(lay).physical_shape
+    ((None, None), (5, 5))
+    """
+    return dataclasses.replace(layout, spec=(None,) * layout.ndim)
+
+
+def gathered(x: GlobalArray) -> GlobalArray:
+    """``x`` on every device (:func:`replicated`): an all-gather of the field, meant for a
+    coarse level of a few cells per device."""
+    data = x.data
+    for axis, ax in enumerate(x.layout.axes):
+        if not ax.even:  # the logical cells of a split axis with padded blocks
+            data = jnp.take(data, jnp.asarray(ax.physical_index()), axis=axis)
+    lay = replicated(x.layout)
+    if lay.mesh.size > 1:
+        data = jax.lax.with_sharding_constraint(data, NamedSharding(lay.mesh, PartitionSpec()))
+    return GlobalArray(data, lay)
+
+
+def scattered(x: GlobalArray, layout: Layout) -> GlobalArray:
+    """A field every device holds (:func:`gathered`) back in ``layout``: each device keeps
+    its block, nothing is sent."""
+    data = x.data
+    for axis, ax in enumerate(layout.axes):
+        if not ax.even:
+            index, real = ax.global_index(np.arange(ax.padded))
+            shape = [1] * data.ndim
+            shape[axis] = ax.padded
+            data = jnp.where(jnp.asarray(real).reshape(shape),
+                             jnp.take(data, jnp.asarray(index), axis=axis), 0)  # fmt: skip
+    if layout.mesh.size > 1:
+        data = jax.lax.with_sharding_constraint(data, layout.sharding)
+    return GlobalArray(data, layout)

@@ -107,14 +107,14 @@ def _multigrid(static, op, b, x0, tol) -> Solution:
     bb = fields.dot(b, fields.masked(b, b))
 
     def solve(rhs):
-        ops = cycle.operators(op, rhs.layout)
-        e = cycle.full_multigrid(ops, rhs) if fmg else fields.zeros(rhs.layout, rhs.dtype)
+        levels = cycle.operators(op, rhs.layout)
+        e = cycle.full_multigrid(levels, rhs) if fmg else fields.zeros(rhs.layout, rhs.dtype)
         r = cycle.residual(op, e, rhs)
         state = {"e": e, "r": r, "rr": fields.dot(r, r)}
 
         def step(s):
             check_not_framed(s)  # strided transfers: the loop's plan learns it at once
-            e = fields.updated(s["e"], 1.0, cycle.vcycle(ops, s["r"]))
+            e = fields.updated(s["e"], 1.0, cycle.vcycle(levels, s["r"]))
             r = cycle.residual(op, e, rhs)
             return {"e": e, "r": r, "rr": fields.dot(r, r)}
 

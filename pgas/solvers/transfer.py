@@ -4,10 +4,9 @@ Every level lives on the same devices as the finest, each coarse field laid out
 in the block distribution of its own size (strided slices,
 :mod:`pgas.globalview.strided`): a restriction is a local weighted sum (one
 halo exchange) and a strided read, a prolongation strided writes, each moving
-only the cells that change block. Coarse levels are neither gathered nor
-replicated: the hierarchy stops where an axis would keep fewer than two cells
-per device (or cannot halve), and that coarsest level is solved in place by
-conjugate gradients (:mod:`pgas.solvers.multigrid`).
+only the cells that change block. :func:`hierarchy` halves while every device
+keeps at least two cells; below that the levels are replicated, every device
+holding the whole coarse field (:func:`halves_alone`, :mod:`pgas.solvers.cycle`).
 
 Both transfers work axis by axis (a tensor product), each axis by its grid
 (:func:`pgas.solvers.fields.grid_kinds`); restriction is prolongation's
@@ -36,7 +35,7 @@ from pgas.grid.layout import Layout
 from pgas.grid.strides import coarse_layout, parse
 from pgas.solvers import fields
 
-__all__ = ["hierarchy", "restrict", "prolong"]
+__all__ = ["hierarchy", "halves_alone", "restrict", "prolong"]
 
 _HALF = slice(None, None, 2)
 _ALL = slice(None)
@@ -49,6 +48,20 @@ def _halves(kind: str, n: int, parts: int) -> int | None:
     else:
         coarse = n // 2 if n % 2 == 0 and n >= 4 else None
     return coarse if coarse is not None and coarse >= 2 * parts else None
+
+
+def halves_alone(layout: Layout) -> bool:
+    """Whether the grid of ``layout`` would halve again on one device (it stopped on a split
+    axis that would keep fewer than two cells per device): its coarser levels then run on
+    every device, replicated (:mod:`pgas.solvers.cycle`).
+
+    >>> import pgas
+    >>> halves_alone(pgas.zeros((9, 9), pgas.make_mesh(("y", "x"), devices=8)).layout)
+    True
+    """
+    kinds = fields.grid_kinds(layout)
+    split = any(a.parts > 1 for a in layout.axes)
+    return split and all(_halves(k, a.size, 1) is not None for k, a in zip(kinds, layout.axes))
 
 
 def hierarchy(layout: Layout, most: int | None = None) -> tuple[Layout, ...]:
