@@ -56,7 +56,8 @@ def halves_alone(layout: Layout) -> bool:
     every device, replicated (:mod:`pgas.solvers.cycle`).
 
     >>> import pgas
-    >>> halves_alone(pgas.zeros((9, 9), pgas.make_mesh(("y", "x"), devices=8)).layout)
+    >>> halves_alone(pgas.zeros((9, 9), pgas.make_mesh(("y", "x"), devices=8),
+    ...                         boundary=pgas.Keep()).layout)
     True
     """
     kinds = fields.grid_kinds(layout)
