@@ -1,11 +1,13 @@
 """The examples' Slurm job scripts on a real (local) Slurm: 2 nodes x 2 tasks.
 
 Starts scripts/local-slurm (tests/slurm_cluster.py), submits
-examples/heat1d/heat1d.sbatch and examples/life/life.sbatch from the repository
-root with small sizes (the scripts' environment overrides), checks the JSON line
-in each job's output file and the written .nc against the single-process result
-(NumPy, bitwise), then requeues the finished heat1d job: the rerun finds the
-final checkpoint (--restart) and reports the same field without stepping again.
+examples/heat1d/heat1d.sbatch, examples/life/life.sbatch and
+examples/cavity/cavity.sbatch from the repository root with small sizes (the
+scripts' environment overrides), checks the JSON line in each job's output file
+and the written .nc against the single-process result (heat1d and life: NumPy,
+bitwise; cavity: the example in this process on the same 2 x 2 mesh, to 1e-12),
+then requeues the finished heat1d job: the rerun finds the final checkpoint
+(--restart) and reports the same field without stepping again.
 Skipped where Slurm cannot be started (not root, no apt), except as root with
 env CI set, where that is a failure.
 """
@@ -20,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from helpers import load_example
 
 from pgas.app.problem import checksum
+from pgas.io import checkpoint
 
 try:
     from . import slurm_cluster
@@ -34,6 +38,10 @@ except ImportError:
     from test_examples_distributed import H, L
 
 ROOT = Path(__file__).resolve().parents[2]
+C = load_example("cavity")
+# cavity: 6 steps (--tol below any change), each solve to round-off; one checkpoint, at the end
+# (one chunk, one compile: a second chunk compiles the loop again, its scalars placed anew)
+CAVITY_ARGS = ("--tol", "1e-300", "--solver-tol", "1e-12", "--max-cycles", "60")
 
 
 def _requeue_until_rerun(job: str, log: Path, env: dict, tries: int = 3) -> None:
@@ -83,22 +91,29 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     env = _job_env(cluster, out, HEAT1D_N="1001", HEAT1D_STEPS="60",
                    HEAT1D_CHECKPOINT_EVERY="20", HEAT1D_SNAPSHOT_EVERY="10",
                    LIFE_SIZE="37x50", LIFE_STEPS="30", LIFE_CHECKPOINT_EVERY="10",
-                   LIFE_SNAPSHOT_EVERY="5")  # fmt: skip
+                   LIFE_SNAPSHOT_EVERY="5", CAVITY_N="17", CAVITY_RE="100",
+                   CAVITY_MAX_STEPS="6", CAVITY_CHECKPOINT_EVERY="6",
+                   CAVITY_DEVICES="1")  # fmt: skip
     t0 = time.monotonic()
     jobs = {}
     for name, script, extra in (
         ("heat1d", "examples/heat1d/heat1d.sbatch", ("--seed", "3")),
         ("life", "examples/life/life.sbatch", ("--density", "0.4", "--seed", "9")),
+        ("cavity", "examples/cavity/cavity.sbatch", CAVITY_ARGS),
     ):
         log = tmp_path / f"{name}.out"
         job = slurm_cluster.submit(ROOT / script, env, cwd=ROOT, args=(f"--output={log}",),
                                    script_args=extra)  # fmt: skip
         jobs[name] = (job, log)
+    # while they run: the cavity example in this process on 4 devices (mesh 2 x 2)
+    one = tmp_path / "one.nc"
+    single = C.main(["--n", "17", "--re", "100", "--max-steps", "6", *CAVITY_ARGS, "--json",
+                     "--devices", "4", "--platform", "cpu", "--out", str(one)])  # fmt: skip
     for name, (job, log) in jobs.items():
         state = slurm_cluster.wait_job(job, 180, env)
         text = log.read_text(errors="replace") if log.exists() else "(no output file)"
         assert state == "COMPLETED", f"{name} job {job} ended {state}:\n{text[-4000:]}"
-    print(f"both jobs done {time.monotonic() - t0:.1f} s after submitting")
+    print(f"all jobs done {time.monotonic() - t0:.1f} s after submitting")
 
     heat0 = H.initial(1001, "random", seed=3).astype(np.float32)
     for _ in range(60):
@@ -107,7 +122,8 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     for _ in range(30):
         board = L.patterns.life_step_numpy(board)
     expected = {"heat1d": checksum(heat0), "life": checksum(board)}
-    for name, (job, log) in jobs.items():
+    for name in ("heat1d", "life"):
+        job, log = jobs[name]
         (d,) = _results(log)
         assert d["processes"] == 4 and d["devices"] == 4, d
         assert d["checksum"] == expected[name], name
@@ -116,6 +132,17 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
             assert ds.attrs["processes"] == 4
             assert checksum(ds[list(ds.data_vars)[0]].values[-1]) == expected[name]
         assert (out / f"{name}.ckpt" / "LATEST").exists()
+
+    # cavity: 4 processes of one device each equal one process on the same mesh
+    (d,) = _results(jobs["cavity"][1])
+    assert d["processes"] == 4 and d["devices"] == 4 and d["steps"] == 6, d
+    assert d["mesh"] == single["mesh"] == {"x": 2, "y": 2}, (d["mesh"], single["mesh"])
+    with xr.open_dataset(out / "cavity.nc") as got, xr.open_dataset(one) as want:
+        assert got.attrs["processes"] == 4 and got.attrs["steps"] == 6
+        for name in ("psi", "omega"):
+            assert np.abs(want[name].values).max() > 0, name
+            np.testing.assert_allclose(got[name].values, want[name].values, rtol=0, atol=1e-12)
+    assert checkpoint.latest(out / "cavity.ckpt") == 6
 
     # requeue the finished heat1d job: it starts again with --restart, finds the checkpoint
     # of the last step and reports the same field; the log is appended to
