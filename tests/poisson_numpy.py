@@ -1,5 +1,5 @@
 """NumPy references for pgas.solvers: the Poisson operator, its dense matrix, a direct solve
-and the multigrid transfers, written from their definitions (pgas/solvers/poisson.py and
+and the multigrid transfers, written from their definitions (pgas/solvers/poisson_operator.py and
 transfer.py's tables), one axis at a time."""
 
 from __future__ import annotations

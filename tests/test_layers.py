@@ -254,3 +254,12 @@ def test_the_room_checkers_see_violations(tmp_path):
         _mirror(PACKAGE / "io" / "checkpoint" / "reader.py")[1]
         == TESTS / "io" / "test_checkpoint.py"
     )
+
+
+def test_test_files_have_distinct_names():
+    """pytest imports test files by their base name (no packages under tests/): two files of
+    one name in two folders stop the whole run at collection."""
+    from collections import Counter
+
+    names = Counter(p.name for p in TESTS.rglob("test_*.py"))
+    assert [name for name, count in names.items() if count > 1] == []

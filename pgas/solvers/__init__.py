@@ -27,7 +27,7 @@ True
 
 from pgas.solvers.krylov import cg
 from pgas.solvers.multigrid import multigrid
-from pgas.solvers.poisson import Poisson
+from pgas.solvers.poisson_operator import Poisson
 from pgas.solvers.solution import Solution
 
 __all__ = ["cg", "multigrid", "Poisson", "Solution"]

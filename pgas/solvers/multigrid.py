@@ -29,7 +29,7 @@ from pgas.globalview.view import View
 from pgas.loop.timeloop import check_not_framed
 from pgas.loop.until import run_until
 from pgas.solvers import cycle, fields, implicit, krylov, outer
-from pgas.solvers.poisson import Poisson
+from pgas.solvers.poisson_operator import Poisson
 from pgas.solvers.solution import Solution
 
 __all__ = ["multigrid"]
