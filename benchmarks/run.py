@@ -190,11 +190,12 @@ def main(argv=None) -> dict:
                 rec["x_roofline"] = rec["cells_per_s_median"] / c
         return rec
 
-    # 2. throughput, one device / one process, all backends
+    # 2. throughput, one device / one process, all backends (--tiny: the details, comm report,
+    # memory and compile of each backend, only on 2 devices, in the scaling runs below)
     for s in DTYPES:
         sizes = m[s.split("_")[0].replace("1d", "")]
         rows = []
-        r = jax_case(1, s, sizes, "auto,explicit,naive,numpy", m)
+        r = jax_case(1, s, sizes, "auto,explicit,naive,numpy", m, details=mode != "tiny")
         res["runs"].append({k: v for k, v in r.items() if k != "results"})
         rows += r["results"]
         r = mpi_case(1, s, sizes, m)

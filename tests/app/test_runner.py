@@ -35,17 +35,20 @@ def test_bitwise_with_snapshots_and_counts(backend, tmp_path):
     assert r.ideal_bytes_per_step == 8 and r.platform == "cpu" and r.seconds > 0
 
 
-@pytest.mark.parametrize("asked, k, lowered", [(1, 1, False), (4, 4, False), ("auto", None, False),
-                                               (64, 50, True)])  # fmt: skip
-def test_steps_per_exchange_choice_is_reported(asked, k, lowered):
+# 203 cells: blocks of 50 cells, halo 1; 23 cells: blocks of 6, 6, 6 and 5, so 64 is lowered
+# to 5 (lowered to 50 on 203 cells, the same note, its group of 50 steps compiled for nothing)
+@pytest.mark.parametrize("asked, k, lowered, n", [
+    (1, 1, False, 203), (4, 4, False, 203), ("auto", None, False, 203), (64, 5, True, 23),
+])  # fmt: skip
+def test_steps_per_exchange_choice_is_reported(asked, k, lowered, n):
     opts = RunOptions(steps=10, devices=4, steps_per_exchange=asked)
-    r = runner.run(heat_problem(), opts, gather=True)  # blocks of 50 cells, halo 1
+    r = runner.run(heat_problem(n), opts, gather=True)
     if k is None:  # auto: what the shared model picks for these blocks
         k = choose_steps_per_exchange("auto", (50,), (1,)).steps_per_exchange
     assert r.steps_per_exchange == k and bool(r.steps_per_exchange_note) == lowered
     if lowered:
-        assert "lowered from 64 to 50" in r.steps_per_exchange_note
-    np.testing.assert_array_equal(r.field, heat_reference(203, 10))
+        assert f"lowered from 64 to {k}" in r.steps_per_exchange_note
+    np.testing.assert_array_equal(r.field, heat_reference(n, 10))
 
 
 class Ragged:

@@ -62,7 +62,9 @@ def run(args) -> None:
             raise RuntimeError(f"process {info.process_id} fails in a callback at step {done}")
         float(pgas.max(state))  # a collective every chunk: the others wait here
 
-    pgas.run(step, u, 100_000, chunk=5, callback=callback)
+    # k = 1: an exchange every step (auto's 16 is more than a chunk: every process would
+    # trace and compile a group of 16 steps and never run it)
+    pgas.run(step, u, 100_000, chunk=5, callback=callback, steps_per_exchange=1)
 
 
 def main() -> None:

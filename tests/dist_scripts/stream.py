@@ -6,9 +6,9 @@
 
 Writes S snapshots (steps 0, K, ..., (S-1)*K) of the heat step of tests/stencils.py
 through pgas.snapshots.SnapshotWriter, `pgas.run` computing K steps between writes
-(backend auto), or NumPy + mpi4py halo exchange (backend mpi, blocks written with
-region=grid.block()); --also writes a second store at the same time. `--comm`
-passes MPI.COMM_WORLD to the writer (JAX path).
+(backend auto, two steps per halo exchange), or NumPy + mpi4py halo exchange (backend
+mpi, blocks written with region=grid.block()); --also writes a second store at the same
+time. `--comm` passes MPI.COMM_WORLD to the writer (JAX path).
 With --ckpt a checkpoint is saved every C steps after the write of that step;
 --sleep-after M prints SLEEPING after the M-th write and sleeps (the test kills
 the job); --restart continues from the checkpoint and appends to the store.
@@ -108,8 +108,10 @@ def run_auto(args) -> tuple[int, int]:
     tracemalloc.start()
     last = (args.snapshots - 1) * args.every
     for s in range(start, last + 1, args.every):
-        if s > start:
-            u = pgas.run(step, u, args.every)
+        if s > start:  # k = 2: groups of 2 steps between writes ("auto" is 16 here, more
+            # than the steps between writes: every process would trace and compile its group
+            # of 16 steps and never run it)
+            u = pgas.run(step, u, args.every, steps_per_exchange=2)
         writer.write(s, u, {"total": float(stored_sum(u.data))})
         after_write(args, s, start, info.process_id, lambda: checkpoint.save(
             args.ckpt, u, step=s, meta=meta))  # fmt: skip

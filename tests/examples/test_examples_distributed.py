@@ -155,8 +155,11 @@ def test_peak_memory_does_not_grow_with_snapshots(tmp_path):
     peaks = {}
     for every in (16, 2):
         out = tmp_path / f"{every}.zarr"
+        # k = 2: the double-buffered loop, in groups that fit between snapshots (auto, 16, is
+        # more than 2 steps: every process would compile its group and never run it)
         r = _mpiexec(2, script, str(HEAT), "--n", "8_000_003", "--steps", "32", "--quiet",
-                     "--snapshot-every", str(every), "--out", str(out))  # fmt: skip
+                     "--snapshot-every", str(every), "--out", str(out),
+                     "--steps-per-exchange", "2")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
         rows = re.findall(r"PEAK_RSS (\d+) (\d+)", r.stderr)  # lines of ranks may interleave
         peaks[every] = {int(rank): int(kb) for rank, kb in rows}
@@ -184,7 +187,10 @@ def test_peak_memory_per_process_falls_and_does_not_hold_the_field():
     """
     script = (Path(__file__).resolve().parents[1] / "dist_scripts") / "peak_above.py"
     field = 32_000_003 * 8 // 1024  # kB
-    common = ["--dtype", "float64", "--init", "gaussian", "--steps", "4", "--quiet"]
+    # k = 2: the double-buffered loop, two groups (auto, 16, is more than the 4 steps: every
+    # process would compile its group for both sizes and never run it)
+    common = ["--dtype", "float64", "--init", "gaussian", "--steps", "4", "--quiet",
+              "--steps-per-exchange", "2"]  # fmt: skip
     peaks = {}
     for n in (1, 4):
         r = _mpiexec(n, script, str(HEAT), "--n", "1001", *common, "--", "--n", "32_000_003",

@@ -31,7 +31,9 @@ def heat_state(devices: int, n: int = 101, dtype=np.float32):
 
 def test_round_trip_bitwise_across_layouts(tmp_path):
     state = simulate.initial_state()  # 8 devices in the test process (conftest)
-    state = pgas.run(simulate.step, state, steps=7)
+    # k = 2: groups run (auto's k, 7 here and 8 on 3 devices, would run none in 7 and 5
+    # steps: an odd k runs its groups in pairs)
+    state = pgas.run(simulate.step, state, steps=7, steps_per_exchange=2)
     before = {k: v.to_numpy() for k, v in state.items()}
     version = checkpoint.save(tmp_path / "ck", state, step=7, meta=simulate.META)
     assert (version / "manifest.json").exists() and checkpoint.latest(tmp_path / "ck") == 7
@@ -45,7 +47,7 @@ def test_round_trip_bitwise_across_layouts(tmp_path):
         assert got[k].dtype == before[k].dtype
         assert got[k].to_numpy().tobytes() == before[k].tobytes()
     # and the restored state runs on: 7 + 5 steps equals the NumPy loop
-    got = pgas.run(simulate.step, got, steps=5)
+    got = pgas.run(simulate.step, got, steps=5, steps_per_exchange=2)
     assert got["heat"].to_numpy().tobytes() == common.heat_reference(12).tobytes()
     np.testing.assert_array_equal(got["life"].to_numpy(), common.life_reference(12))
 
