@@ -256,21 +256,29 @@ def solve_multigrid(method: str, n: int, b: np.ndarray, field, tol: float) -> di
     on -lap(u) = f (``b / h**2``); the same dict as :func:`solve` (iterations: cycles)."""
     h = 1.0 / (n - 1)
     op, f = pgas.solvers.Poisson(h=h), field(b / (h * h))
-    if method == "multigrid":
-        run = lambda: pgas.solvers.multigrid(op, f, tol=tol, max_cycles=200)  # noqa: E731
-    else:
-        run = lambda: pgas.solvers.cg(op, f, M=op.vcycle, tol=tol, max_iters=200)  # noqa: E731
-    run().x.data.block_until_ready()  # compiles
-    start = time.perf_counter()
-    out = run()
-    out.x.data.block_until_ready()
-    seconds = time.perf_counter() - start
+    out, seconds = timed_solve(method, op, f, tol)
     u, iterations = out.x.to_numpy(), int(out.iterations)
     return {"method": method, "backend": "auto", "n": n, "devices": f.layout.mesh.size,
             "iterations": iterations, "converged": bool(out.converged), "check_every": 1,
             "seconds": seconds, "seconds_per_iteration": seconds / max(iterations, 1),
             "relative_residual": _relative_residual(u, b),
             "error_max": float(np.abs(u - exact(n)).max()), "field": u}  # fmt: skip
+
+
+def timed_solve(method: str, op, f, tol: float):
+    """``(solution, seconds)`` of ``pgas.solvers``' ``method`` ("cg", "multigrid" or "mgcg")
+    on ``op(u) = f``: a first call compiles, the second is timed."""
+    if method == "cg":
+        run = lambda: pgas.solvers.cg(op, f, tol=tol, max_iters=10**5)  # noqa: E731
+    elif method == "mgcg":
+        run = lambda: pgas.solvers.cg(op, f, M=op.vcycle, tol=tol, max_iters=200)  # noqa: E731
+    else:
+        run = lambda: pgas.solvers.multigrid(op, f, tol=tol, max_cycles=200)  # noqa: E731
+    run().x.data.block_until_ready()  # compiles
+    start = time.perf_counter()
+    out = run()
+    out.x.data.block_until_ready()
+    return out, time.perf_counter() - start
 
 
 def solve_case(case: str, method: str, n: int, devices: int, tol: float = 1e-8) -> dict:
@@ -299,17 +307,7 @@ def solve_case(case: str, method: str, n: int, devices: int, tol: float = 1e-8) 
         want = exact(n)
         op = pgas.solvers.Poisson(h=h, coefficient=field(a))
         f = op(field(want))
-    if method == "cg":
-        run = lambda: pgas.solvers.cg(op, f, tol=tol, max_iters=10**5)  # noqa: E731
-    elif method == "mgcg":
-        run = lambda: pgas.solvers.cg(op, f, M=op.vcycle, tol=tol, max_iters=200)  # noqa: E731
-    else:
-        run = lambda: pgas.solvers.multigrid(op, f, tol=tol, max_cycles=200)  # noqa: E731
-    run().x.data.block_until_ready()  # compiles
-    start = time.perf_counter()
-    out = run()
-    out.x.data.block_until_ready()
-    seconds = time.perf_counter() - start
+    out, seconds = timed_solve(method, op, f, tol)
     iterations = int(out.iterations)
     return {"method": method, "case": case, "backend": "auto", "n": n, "devices": devices,
             "iterations": iterations, "converged": bool(out.converged), "check_every": 1,

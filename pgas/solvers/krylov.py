@@ -160,7 +160,7 @@ def _pseudo_random(layout, dtype, seed: int) -> GlobalArray:
     return fields.masked(GlobalArray(data, layout), out)
 
 
-def check_args(b, x0, tol, max_iters) -> None:
+def check_args(b, x0, tol, max_iters, name: str = "max_iters") -> None:
     if not isinstance(b, GlobalArray):
         raise PgasError(f"b is a {type(b).__name__}: give the right-hand side as a "
                         f"pgas.GlobalArray")  # fmt: skip
@@ -168,17 +168,18 @@ def check_args(b, x0, tol, max_iters) -> None:
         raise PgasError("x0 must be a pgas.GlobalArray of b's layout (shape, mesh, spec and "
                         "boundary), or None for zeros")  # fmt: skip
     if not isinstance(max_iters, int) or isinstance(max_iters, bool) or max_iters < 1:
-        raise PgasError(f"max_iters = {max_iters!r}: give a whole number >= 1")
+        raise PgasError(f"{name} = {max_iters!r}: give a whole number >= 1")
     outer.check_tol(tol)
 
 
 def _cg(static, b, x0, tol) -> Solution:
     A, M, max_iters, reproducible = static
+    M = _prepared(M, b.layout)
     dot = functools.partial(fields.dot, reproducible=reproducible)
     x0 = fields.zeros(b.layout, b.dtype) if x0 is None else x0
     r0 = fields.masked(b, b)
     r0 = fields.updated(r0, -1.0, fields.masked(A(x0), b))
-    bb = dot(b, fields.masked(b, b))
+    bb = dot(b, b)  # over the unknowns
 
     def solve(rhs):
         return iterate(A, M, rhs, bb, tol, max_iters, dot)
@@ -186,6 +187,16 @@ def _cg(static, b, x0, tol) -> Solution:
     e, (iterations, converged, rr) = implicit.linear_solve(lambda v: fields.masked(A(v), b),
                                                            r0, solve)  # fmt: skip
     return outer.solution(fields.updated(x0, 1.0, e), iterations, converged, rr, bb)
+
+
+def _prepared(M, layout):
+    """``M`` made once per solve, outside the loop, where it has a per-layout form
+    (``op.vcycle`` of a :class:`~pgas.solvers.Poisson`: its hierarchy, with the coefficient
+    restricted level by level, built once instead of in every iteration)."""
+    owner = getattr(M, "__self__", None)
+    if getattr(M, "__name__", "") == "vcycle" and hasattr(owner, "vcycle_on"):
+        return owner.vcycle_on(layout)
+    return M
 
 
 def iterate(A, M, rhs, bb, tol, max_iters, dot):

@@ -70,20 +70,13 @@ def multigrid(op: Poisson, b: GlobalArray, x0: GlobalArray | None = None, *,
             f"pgas.solvers.Poisson operator (use pgas.solvers.cg for others)"
         )
     b = b.to_array() if isinstance(b, View) else b
-    _check_args(b, x0, tol, max_cycles, "max_cycles")
+    krylov.check_args(b, x0, tol, max_cycles, "max_cycles")
     op.check(b)
     if not isinstance(fmg, bool):
         raise PgasError(f"fmg = {fmg!r}: give True or False")
     if op.singular(b.layout) and not isinstance(b.data, jax.core.Tracer):
         _check_consistent(b)
     return outer.call(_multigrid, (max_cycles, fmg), (op, b, x0, tol), "multigrid")
-
-
-def _check_args(b, x0, tol, limit, name) -> None:
-    try:
-        krylov.check_args(b, x0, tol, limit)
-    except PgasError as err:
-        raise PgasError(str(err).replace("max_iters", name)) from None
 
 
 def _check_consistent(b: GlobalArray) -> None:
@@ -104,7 +97,7 @@ def _multigrid(static, op, b, x0, tol) -> Solution:
     r0 = fields.updated(fields.masked(b, b), -1.0, op(x0))
     if singular:
         r0 = cycle.mean_free(r0)
-    bb = fields.dot(b, fields.masked(b, b))
+    bb = fields.dot(b, b)  # over the unknowns
 
     def solve(rhs):
         levels = cycle.operators(op, rhs.layout)

@@ -32,7 +32,8 @@ and the number of levels.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -172,7 +173,13 @@ class Poisson:
         """One multigrid V-cycle from zero on ``A e = r``: an approximate ``A^-1 r``, linear
         and (with as many sweeps before as after) symmetric: a preconditioner for
         :func:`pgas.solvers.cg` (``M=op.vcycle``; :mod:`pgas.solvers.cycle`)."""
-        return cycle.vcycle(cycle.operators(self, r.layout), r)
+        return self.vcycle_on(r.layout)(r)
+
+    def vcycle_on(self, layout) -> Callable[[GlobalArray], GlobalArray]:
+        """:meth:`vcycle` for fields of ``layout``, its hierarchy built once (the coarse
+        coefficients restricted here, not at every call: :func:`pgas.solvers.cg` prepares
+        ``M=op.vcycle`` this way before its loop)."""
+        return functools.partial(cycle.vcycle, cycle.operators(self, layout))
 
     def coarse(self, coefficient: GlobalArray | None) -> Poisson:
         """The operator one level coarser: twice the spacing, the restricted coefficient."""
