@@ -22,6 +22,11 @@ numbers of JAX's derivative of the loop.
   deep-halo group is transposed. Reverse mode cuts it into rematerialised
   segments (:func:`pgas.loop.iterations.segments`): about ``2 sqrt(steps)``
   stored states for one extra forward pass.
+
+Evaluated eagerly (a ``jax.grad`` without ``jit``), the loop's forward and its
+way back run as two compiled programs, not one per primitive; where they are
+those of :func:`reverse_of`, they are kept (:func:`compiled`) and a second such
+gradient compiles neither. Inside a caller's trace nothing changes.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from pgas.loop import adjoint, reverse
 from pgas.loop.plan import Plan
 from pgas.loop.programs import program, reads
 
-__all__ = ["differentiable", "reverse_of", "Transposed"]
+__all__ = ["differentiable", "reverse_of", "Transposed", "compiled"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,19 +51,49 @@ class Transposed:
     """Reverse mode of a run of a step affine in its state: the forward as it runs, nothing
     kept, and the transposed step run through the forward's loop (:mod:`pgas.loop.adjoint`).
 
+    Equal where its loops and steps are (both loops come from the cache of
+    :func:`pgas.loop.programs.program`), so it keys its compiled programs (:func:`compiled`).
+
     Attributes:
-        run: ``run(state, params)``: the forward run.
-        loop: ``loop(ct, params)``: the transposed loop.
+        run: the forward's loop, ``run(state, count, params, segment, tied=, scan=)``
+            (:attr:`pgas.loop.programs.Program.inline`).
+        loop: the transposed step's loop, ``loop(ct, count, params, segment)``.
+        steps: the run's steps.
     """
 
     run: Callable
     loop: Callable
+    steps: int
 
     def forward(self, state, params) -> tuple:
-        return self.run(state, params), ()
+        return self.run(state, self.steps, params, None, tied=True, scan=False), ()
 
     def back(self, kept: tuple, ct, params):
-        return self.loop(ct, params)
+        return self.loop(ct, self.steps, params, None)
+
+
+@functools.lru_cache(maxsize=64)
+def compiled(rev: Transposed | reverse.Checkpointed) -> tuple[Callable, Callable]:
+    """``rev.forward`` and ``rev.back``, each one ``jax.jit`` program, made once per ``rev``
+    (as many kept as :func:`pgas.loop.programs.program` keeps programs).
+
+    An eager ``jax.grad`` (no ``jit``) evaluates the rule of :func:`differentiable` and
+    the transpose of its ``linear_call`` one primitive at a time, each compiled on its own;
+    there these run instead, each as one compiled program, and a second eager gradient of
+    an equal ``rev`` traces and compiles nothing. The key is the programs' (a number read
+    from an object's attribute is not in it, :mod:`pgas.loop.outside`). In a caller's trace
+    (``jax.jit(jax.grad(...))``) the rule calls ``rev.forward`` and ``rev.back`` themselves,
+    so the caller's program is what it was.
+
+    >>> import jax.numpy as jnp
+    >>> loop = lambda s, count, p, segment, tied=True, scan=True: 2.0**count * s
+    >>> forward, back = compiled(Transposed(loop, loop, 3))
+    >>> float(forward(jnp.float32(1.0), None)[0]), float(back((), jnp.float32(1.0), None))
+    (8.0, 8.0)
+    >>> compiled(Transposed(loop, loop, 3))[0] is forward
+    True
+    """
+    return jax.jit(rev.forward), jax.jit(rev.back)
 
 
 def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, state,
@@ -80,7 +115,8 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
         steps: the forward's step count, a Python int.
         how: the forward's plan (its reach, ``k`` and platform).
         held: the arrays the step captures (:func:`pgas.loop.outside.captured`), none traced.
-        forward: ``forward(state, count, params, tied=, scan=)``: the forward's loop.
+        forward: the forward's loop, ``forward(state, count, params, segment, tied=,
+            scan=)`` (:attr:`pgas.loop.programs.Program.inline`).
         state: the forward's state, as the rule sees it.
         params: the forward's params.
 
@@ -120,15 +156,14 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
         prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
                        double=how.platform == "cpu" and k > 1, takes_params=takes,
                        captured=held, **reads(step))  # fmt: skip
-        return Transposed(lambda s, p: forward(s, steps, p, tied=True, scan=False),
-                          lambda ct, p: prog.inline(ct, steps, p, None))  # fmt: skip
+        return Transposed(forward, prog.inline, steps)
     if not reverse.fits(how.reach, shortest, read_only):
         return None
     return reverse.Checkpointed(
         step,
         reverse.schedule(steps, how.steps_per_exchange),
         how.reach,
-        lambda s, count, p: forward(s, count, p, tied=True, scan=False),
+        forward,
         takes,
         held,
     )
@@ -160,6 +195,13 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     reverse mode runs pgas's own loops instead of JAX's transpose of the
     derivative's loop.
 
+    Evaluated eagerly (the rule's primals concrete: a ``jax.grad`` or ``jax.jvp``
+    without ``jit``), each piece of the rule runs as one compiled program rather
+    than one per primitive: the derivative's loop (a ``jax.jit`` made per call),
+    and the reverse run's ``forward`` and ``back`` (:func:`compiled`, kept per
+    run back, so a second eager gradient compiles nothing). In a caller's trace
+    nothing is wrapped: the caller's program is what it was.
+
     >>> import jax
     >>> def loop(s, steps, p, tied=True, scan=True):  # a toy loop: s doubled, steps times
     ...     return s * 2.0**steps
@@ -186,23 +228,27 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     def run(s, p, *cs):
         return tied(s, p, *cs[:n])
 
-    def tangent(res, ds):
+    def tangent(derived, res, ds):
         s, p, cs = res[:3]
         zero = jax.custom_derivatives.zero_from_primal
-        return jax.jvp(untied, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
+        return jax.jvp(derived, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
 
     @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
         (s, p, *cs), (ds, dp, *dcs) = primals, tangents
+        eager = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(primals))
+        derived = jax.jit(untied) if eager else untied
         rev = reverse_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
         if rev is not None:
-            out, kept = rev.forward(s, p)
-            transpose = lambda res, ct: rev.back(res[3], ct, res[1])  # noqa: E731
-            lin = jax.custom_derivatives.linear_call(tangent, transpose, (s, p, cs, kept),
+            ahead, back = compiled(rev) if eager else (rev.forward, rev.back)
+            out, kept = ahead(s, p)
+            transpose = lambda res, ct: back(res[3], ct, res[1])  # noqa: E731
+            lin = jax.custom_derivatives.linear_call(functools.partial(tangent, derived),
+                                                     transpose, (s, p, cs, kept),
                                                      _dense(s, ds))  # fmt: skip
             return out, lin
         dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
-        return jax.jvp(untied, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
+        return jax.jvp(derived, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
 
     return run(state, params, *consts, *others)
 

@@ -203,7 +203,7 @@ class Checkpointed:
         step: the user's step.
         schedule: the schedule.
         reach: the step's reach per side and axis (:attr:`pgas.loop.plan.Plan.reach`).
-        run: ``run(state, count, params)``: the forward's loop
+        run: the forward's loop, ``run(state, count, params, segment, tied=, scan=)``
             (:attr:`pgas.loop.programs.Program.inline`, traceable).
         takes_params: the step is called ``step(state, params)``.
         held: the arrays the step captures (their fields extended per segment).
@@ -221,9 +221,13 @@ class Checkpointed:
         last segment's start."""
         s, stack = self.schedule, None
         if s.whole:
-            state, stack = jax.lax.scan(lambda c, _: (self.run(c, s.segment, params), c),
+            state, stack = jax.lax.scan(lambda c, _: (self._run(c, s.segment, params), c),
                                         state, None, length=s.whole)  # fmt: skip
-        return self.run(state, s.last, params), (stack, state)
+        return self._run(state, s.last, params), (stack, state)
+
+    def _run(self, state: State, count: int, params: Any) -> State:
+        """``count`` steps of the forward's loop, as a while loop (no derivative sees it)."""
+        return self.run(state, count, params, None, tied=True, scan=False)
 
     def back(self, kept: tuple, ct: State, params: Any) -> State:
         """The cotangent of the run's start from ``ct``, that of its result."""

@@ -99,7 +99,7 @@ def run_traced(step: Callable, state, steps, params=None, *, every: int | None =
     back = None
     if every is None and _is_int(steps) and how.widths is not None and len(held) == len(keys):
         # no captured array is traced: the transposed loop may close over what the step reads
-        back = functools.partial(reverse_of, step, steps, how, held, forward)
+        back = functools.partial(reverse_of, step, steps, how, held, prog.inline)
     return differentiable(forward, derivative, state, steps, params, back)
 
 

@@ -2,6 +2,7 @@
 the forward loop and its derivative the derivative's loop (or, for an affine step, the
 transposed loop through a linear_call); what a gradient program stores and exchanges."""
 
+import contextlib
 import math
 import re
 
@@ -51,8 +52,8 @@ def test_a_transposed_loop_is_the_transpose_where_only_the_state_has_a_tangent()
 
     def adjoint_of(s, p):
         made.append(p)
-        return Transposed(lambda s, p: forward(s, 3, p, tied=True, scan=False),
-                          lambda ct, p: ct * 5.0)  # fmt: skip
+        return Transposed(lambda s, n, p, segment, **kw: forward(s, n, p, **kw),
+                          lambda ct, n, p, segment: ct * 5.0, 3)  # fmt: skip
 
     def f(x, p):
         return differentiable(forward, derivative, x, 3, p, adjoint_of)
@@ -109,3 +110,62 @@ def test_the_reverse_pass_of_an_affine_step_exchanges_deep_halos():
     assert "all-gather" not in hlo and "all-to-all" not in hlo
     np.testing.assert_allclose(grad(u).to_numpy(), heat_adjoint(2 * heat_numpy(x0, 64), 64),
                                rtol=1e-12)  # fmt: skip
+
+
+def _leapfrog(s):
+    u, v = s["u"], s["v"]
+    v[1:-1] = 2 * u[1:-1] - v[1:-1] + 0.25 * (u[:-2] - 2 * u[1:-1] + u[2:])
+    return {"u": v, "v": u}
+
+
+def _squares(u):
+    u[1:-1] = u[1:-1] + 0.1 * (u[:-2] * u[:-2] - u[2:] * u[2:])
+    return u
+
+
+@contextlib.contextmanager
+def _lowerings():
+    """The programs lowered to XLA meanwhile (compiled, or loaded from the persistent cache)."""
+    seen = []
+
+    def listen(event, secs, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            seen.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+@pytest.mark.parametrize("step", [_leapfrog, _squares])
+def test_an_eager_gradient_compiles_the_forward_and_the_way_back_once(step, compiles):
+    """An eager ``jax.grad`` (no ``jit``) of a loss calling ``pgas.run`` (an affine leapfrog on
+    two fields: the transposed loop; a nonlinear step: checkpointed segments) compiles two
+    programs for the run, not one per primitive (107 and 26 before): its forward, which runs
+    before the cotangent exists, and its way back; a second one lowers and compiles nothing
+    (3 and 6 before); both give the bits of the jitted gradient. The loss's own eager
+    operations are compiled first, by the same gradient without the run."""
+    rng = np.random.default_rng(3)
+    mesh = pgas.make_mesh(("x",), devices=3)
+    field = lambda: pgas.from_numpy(rng.random(23), mesh, boundary=pgas.Keep())  # noqa: E731
+    w = field()
+    state = {"u": field(), "v": field()} if step is _leapfrog else field()
+
+    def loss(s, run=pgas.run):
+        out = run(step, s, 9)
+        return sum(pgas.sum(w * x) for x in (out.values() if isinstance(out, dict) else [out]))
+
+    jax.grad(lambda s: loss(s, lambda step, s, n: s))(state)
+    compiles.clear()
+    eager = jax.grad(loss)(state)
+    first = len(compiles)
+    assert first <= 2, first
+    with _lowerings() as lowered:
+        again = jax.grad(loss)(state)
+    assert len(compiles) == first and lowered == [], (len(compiles) - first, len(lowered))
+    jitted = jax.jit(jax.grad(loss))(state)
+    for g in (eager, again):
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(jitted)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
