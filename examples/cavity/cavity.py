@@ -278,7 +278,9 @@ def initial_state(c: Cavity, mesh) -> dict:
         return pgas.zeros((c.n, c.n), mesh, dtype="float64", spec=("x", "y"),
                           boundary=pgas.Keep())  # fmt: skip
 
-    return {"psi": field(), "omega": field(), "change": jnp.asarray(np.inf),
+    # typed as the loop returns them (a weak-typed inf would compile a second loop for the
+    # second checkpoint chunk)
+    return {"psi": field(), "omega": field(), "change": jnp.asarray(np.inf, jnp.float64),
             "solved": jnp.asarray(True), "cycles": jnp.asarray(0, jnp.int32)}  # fmt: skip
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from pgas.errors import LayoutError, PgasError
 from pgas.globalview.array import GlobalArray
 
-__all__ = ["check_state", "has_scalars"]
+__all__ = ["check_state", "has_scalars", "placed"]
 
 
 def _is_array(x) -> bool:
@@ -96,3 +96,27 @@ def has_scalars(state: Any) -> bool:
     (False, True)
     """
     return any(not _is_array(x) for x in jax.tree.leaves(state, is_leaf=_is_array))
+
+
+def placed(state: Any) -> Any:
+    """``state`` with each scalar replicated on its fields' mesh, as a compiled loop returns
+    it: a scalar made with ``jnp.asarray`` sits on one device, and ``jax.jit`` would key a
+    second program on it, so a run resumed from a loop's result (the next checkpoint chunk)
+    would compile its loop again. Types are kept (a weak type too).
+
+    >>> import jax.numpy as jnp, numpy as np, pgas
+    >>> u = pgas.from_numpy(np.zeros(4, np.float32), pgas.make_mesh(devices=2))
+    >>> placed({"u": u, "t": jnp.asarray(0.0)})["t"].sharding.is_fully_replicated
+    True
+    """
+    fields = [x for x in jax.tree.leaves(state, is_leaf=_is_array) if _is_array(x)]
+    if not fields:
+        return state
+    every = jax.sharding.NamedSharding(fields[0].layout.mesh, jax.sharding.PartitionSpec())
+
+    def place(x):
+        if _is_array(x) or not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
+            return x
+        return x if x.sharding == every else jax.device_put(x, every)
+
+    return jax.tree.map(place, state, is_leaf=_is_array)

@@ -49,7 +49,7 @@ from pgas.loop.plan import plan as make_plan
 from pgas.loop.programs import Carried as Carried  # re-exported: importable here as before
 from pgas.loop.programs import Program as Program
 from pgas.loop.programs import program, reads, sides
-from pgas.loop.scalars import check_state
+from pgas.loop.scalars import check_state, placed
 from pgas.loop.traced import run_traced
 
 __all__ = ["run", "compiled", "check_params", "check_not_framed"]
@@ -351,6 +351,7 @@ def run(
     prog = program(step, how.steps_per_exchange, how.widths, every, observe, how.double, *extra,
                    **reads(step, observe), **sides(how))  # fmt: skip
     given = state  # its shapes, to name what a step returned unlike it
+    state = placed(state)  # a scalar where the loop returns it: a resumed run, one program
     if donate:  # a buffer the state holds twice (or params reads) is copied: donated once
         state = _convert(prog.enter, kept.distinct(state, params))
     else:

@@ -67,7 +67,7 @@ from pgas.loop.outside import Same, captured, numbers_read
 from pgas.loop.plan import AUTO, Plan, check_steps_per_exchange
 from pgas.loop.plan import plan as make_plan
 from pgas.loop.programs import program, sides
-from pgas.loop.scalars import check_state
+from pgas.loop.scalars import check_state, placed
 from pgas.loop.timeloop import check_not_framed, check_params
 
 __all__ = [
@@ -461,7 +461,8 @@ def run_until(
             counts.check_traced("max_steps", max_steps, "inside a trace")
             out, n, done, finite = _forward_only(loop(max_steps))(state, params)
             return Until(out, n, done, every, how, note, finite)
-        out, n = kept.distinct(state, params) if donate else kept.entered(lambda s: s, state), 0
+        out = placed(state)  # a scalar where the loop returns it: a resumed run, one program
+        out, n = kept.distinct(out, params) if donate else kept.entered(lambda s: s, out), 0
         for size in counts.pieces(max_steps, every):  # one loop unless past 2**31 - 1 steps
             out, m, done, finite = _compiled(loop(size))(out, params)
             n, done, finite = n + int(m), bool(done), bool(finite)

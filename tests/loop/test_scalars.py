@@ -63,3 +63,19 @@ def test_a_state_leaf_that_is_not_a_field_nor_a_scalar_is_refused():
         pgas.run(lambda s: s, (u, 0.5), 1)
     with pytest.raises(pgas.PgasError, match=r"state\['c'\] is an array of shape \(2,\)"):
         pgas.run(lambda s: s, {"u": u, "c": jnp.zeros(2)}, 1)
+
+
+def test_run_until_resumed_from_its_result_compiles_no_second_loop(compiles):
+    """A scalar made on one device (``jnp.asarray``) is placed as the loop returns it, so the
+    next chunk of a checkpointed run (its result given back) reuses the compiled loop."""
+    b = np.random.default_rng(7).random((9, 10))
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    state = cg_state(b, mesh)
+    assert not state["rr"].sharding.is_fully_replicated or len(state["rr"].devices()) == 1
+    never = lambda s: s["rr"] < 0  # noqa: E731
+    first = pgas.run_until(cg, state, never, 3, check_every=1)
+    before = len(compiles)
+    second = pgas.run_until(cg, first.state, never, 3, check_every=1)
+    assert len(compiles) == before, compiles[before:]  # the same program
+    whole = pgas.run_until(cg, cg_state(b, mesh), never, 6, check_every=1)
+    np.testing.assert_array_equal(second.state["x"].to_numpy(), whole.state["x"].to_numpy())
