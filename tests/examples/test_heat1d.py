@@ -28,11 +28,15 @@ def test_heat_2pow20_on_8_devices(dtype):
     np.testing.assert_array_equal(out, heat_numpy(x0, 10))
 
 
-@pytest.mark.parametrize("n, devices", [(1_000_003, 8), (1026, 8), (1026, 3), (17, 8), (5, 1)])
+# 1026 cells on 8 devices (blocks of 128 and 129, k = 16: 25 steps are one group and 9 single
+# steps; 1_000_003 cells, blocks past 2**16, ran the same code with k = 16 and only single
+# steps, and test_heat_2pow20_on_8_devices runs blocks that large), on 3 (342 each), 17 cells
+# on 8 (blocks of 2 and 3, k = 2), 5 on one device (k = 5)
+@pytest.mark.parametrize("n, devices", [(1026, 8), (1026, 3), (17, 8), (5, 1)])
 def test_uneven_sizes_bitwise(n, devices):
     x0 = np.random.default_rng(n).random(n).astype(np.float32)
     u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=devices))
-    steps = 3 if n > 10**5 else 25
+    steps = 25
     np.testing.assert_array_equal(pgas.run(heat, u, steps).to_numpy(), heat_numpy(x0, steps))
     report = pgas.comm_report(heat, pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=devices)))
     assert report.gathers == 0 and report.ratio == 1.0

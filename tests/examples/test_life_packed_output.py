@@ -96,14 +96,17 @@ def widths():
 MESHES = [(1, 1), (1, 2), (2, 1), (3, 2), (2, 3), (1, 3), (2, 2)]
 
 
-@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+# One drawn case (derandomized: the simplest, 3x64 on one device, one word of 64 cells) beside
+# the three below; each case compiles its own runs (seconds). The two more it drew (explicit on
+# 2x2 and 1x2 meshes) split x with the explicit backend, which the third example below now does.
+@settings(max_examples=1, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(rows=st.integers(3, 14), width=widths(), mesh=st.sampled_from(MESHES),
        backend=st.sampled_from(["auto", "explicit"]),
        suffix=st.sampled_from([".nc", ".zarr"]))  # fmt: skip
 @example(rows=12, width=1000, mesh=(3, 2), backend="auto", suffix=".nc")  # issue 32's board
 @example(rows=9, width=263, mesh=(2, 1), backend="explicit", suffix=".zarr")  # one block across
-@example(rows=5, width=194, mesh=(2, 3), backend="auto", suffix=".zarr")  # 4 words, 48-49 cells
+@example(rows=5, width=194, mesh=(2, 3), backend="explicit", suffix=".zarr")  # 4 words, 48-49 cells
 def test_packed_run_writes_the_byte_board(rows, width, mesh, backend, suffix, monkeypatch):
     pk = packed.packing(width)
     if pk.words < mesh[1] or rows < mesh[0]:
