@@ -23,17 +23,10 @@ def _heat_reference(n):
     return heat_numpy((np.sin(0.37 * i) ** 2).astype(np.float32), 20)
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])  # 4: test_compare_three_backends_heat's mpi run
-def test_heat_mpi_ranks_bitwise(ranks):
-    r = run_mpi(f"{PROBLEMS}:heat", 20, ranks, steps_per_exchange=4, gather=True, n=1001)
-    np.testing.assert_array_equal(r.field, _heat_reference(1001))
-    assert r.checksum == checksum(_heat_reference(1001))  # from the ranks' blocks: no gather
-    # 4-wide halos every 4 steps: a quarter of the messages, the same bytes
-    assert r.steps_per_exchange == 4
-    assert r.messages_per_step == 2 * (ranks - 1) / 4 and r.bytes_per_step == 8 * (ranks - 1)
-
-
 def test_compare_three_backends_heat():
+    """Bitwise and counted on 4 devices and ranks (1001 cells: uneven, 251 + 3 x 250; two
+    ranks between two others); also that compare passes steps_per_exchange to every backend
+    ("auto" would be 16). pgas.mpi on 1, 2 and 4 ranks against NumPy: test_mpi.py."""
     results = compare(f"{PROBLEMS}:heat", 20, devices=4, steps_per_exchange=4, gather=True, n=1001)
     assert [r.backend for r in results] == ["auto", "explicit", "mpi"]
     assert len({r.checksum for r in results}) == 1
@@ -49,7 +42,9 @@ def test_compare_three_backends_heat():
     assert table.count(" yes") == 3 and "NO" not in table
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+# 2x2 (both axes split, periodic); one split axis: test_mpi's life_torus_dims_1x2 and 2x1
+# against NumPy and test_explicit's life on 1x2 and 2x1 devices
+@pytest.mark.parametrize("ranks", [4])
 def test_life_mpi_and_jax_bitwise(ranks):
     problem = pgas.problem.load_problem(f"{PROBLEMS}:life")
     b0 = problem.init(*np.meshgrid(np.arange(37), np.arange(53), indexing="ij"))
@@ -63,7 +58,7 @@ def test_life_mpi_and_jax_bitwise(ranks):
 def test_cli_compare_json():
     out = subprocess.run(
         [sys.executable, "-m", "pgas.app.cli", "compare", f"{PROBLEMS}:heat", "--steps", "5",
-         "--devices", "2", "--set", "n=301", "--json"],
+         "--devices", "1", "--set", "n=301", "--json"],  # the CLI's wiring: one rank is enough
         capture_output=True, text=True, timeout=180, check=True,
     )  # fmt: skip
     rows = json.loads(out.stdout.strip().splitlines()[-1])
@@ -97,6 +92,8 @@ def test_example_compare_failure_exits_2_without_traceback(monkeypatch, capsys):
         raise pgas.PgasError("mpiexec -n 2 failed (exit 1): libmpi.so.12: cannot open shared")
 
     monkeypatch.setattr(pgas.compare, "run_mpi", broken)
+    # the JAX backends' runs before it: not what fails here (compiled and checked above)
+    monkeypatch.setattr(pgas.compare, "run", lambda problem, opts, gather=False: None)
     heat = load_example("heat1d")
     err = fails_with(heat.main, ["--devices", "2", "--n", "64", "--steps", "4", "--compare"],
                      capsys, "mpiexec -n 2 failed", "libmpi.so.12")  # fmt: skip
@@ -112,11 +109,3 @@ def test_worker_checks_the_rank_count_it_was_launched_with(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode != 0 and not (tmp_path / "f.npy").exists()
     assert "expected_ranks = 2" in proc.stderr and "mpiexec -n 2" in proc.stderr, proc.stderr
-
-
-def test_compare_passes_steps_per_exchange_to_every_backend():
-    results = compare(f"{PROBLEMS}:heat", 6, devices=2, steps_per_exchange=3, gather=True, n=101)
-    assert [r.steps_per_exchange for r in results[:2]] == [3, 3]
-    assert len({r.checksum for r in results}) == 1
-    np.testing.assert_array_equal(results[2].field, heat_numpy(
-        (np.sin(0.37 * np.arange(101)) ** 2).astype(np.float32), 6))  # fmt: skip

@@ -1,5 +1,6 @@
 """Property-based: random shapes, meshes, windows, boundaries and halo widths vs NumPy."""
 
+import jax
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,11 +41,18 @@ def test_window_update_matches_numpy(problem, data):
     right = tuple(slice(a0 + k, n - r + k) for a0, r, n, k in zip(lo, hi, shape, b))
     ref = x.copy()
     ref[win] = 0.5 * ref[win] + 0.25 * (ref[left] - 2.0 * ref[right])
-    u[win] = 0.5 * u[win] + 0.25 * (u[left] - 2.0 * u[right])
-    np.testing.assert_array_equal(u.to_numpy(), ref)
+
+    def update(v):
+        v[win] = 0.5 * v[win] + 0.25 * (v[left] - 2.0 * v[right])
+        return v
+
+    # under jax.jit: one program per example (run eagerly, each operation compiles on its own,
+    # about 18 programs an example); the same pgas code traces it (powers of two: FMAs or
+    # not, NumPy's bits)
+    np.testing.assert_array_equal(jax.jit(update)(u).to_numpy(), ref)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.data())
 def test_shift_matches_np_pad(problem, data):
     names, mesh_shape, shape, h, bc, seed = problem
@@ -57,7 +65,8 @@ def test_shift_matches_np_pad(problem, data):
     widths = [(h, h) if i == axis else (0, 0) for i in range(len(shape))]
     p = np.pad(x, widths, mode=PAD[type(bc)], **kw)
     expected = np.take(p, np.arange(h - k, h - k + shape[axis]), axis=axis)
-    got = (pgas.shift(u, k, axis) + 0.0).to_array().to_numpy()
+    shifted = jax.jit(lambda v: (pgas.shift(v, k, axis) + 0.0).to_array())  # one program
+    got = shifted(u).to_numpy()
     np.testing.assert_array_equal(got, expected)
 
 
@@ -76,7 +85,7 @@ def stencils(draw):
     return names, mesh_shape, shape, h, bc, seed, taps, k, steps
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stencils())
 def test_random_stencil_run_matches_numpy(case):
     """pgas.run of a random stencil (random shape, mesh, boundary, halo, k, steps) equals the

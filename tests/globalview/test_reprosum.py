@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 from helpers import reprosum_numpy
@@ -28,13 +29,17 @@ def test_same_bits_on_every_mesh_as_numpy_and_close_to_fsum(dtype):
     want = reprosum_numpy(a, a.size)
     products = reprosum_numpy(a * b, a.size)  # rounded products, as NumPy: no FMA with sigma
     window = reprosum_numpy(a[1:-1, 2:] - a[:-2, :-2], a.size)
+
+    def sums(u, v):  # under jax.jit, as in a loop: one program per mesh (eagerly, ~16 a sum)
+        return (pgas.sum(u, reproducible=True), pgas.sum(u * v, reproducible=True),
+                pgas.sum(u[1:-1, 2:] - u[:-2, :-2], reproducible=True))  # fmt: skip
+
     for devices, shape in MESHES:
         mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
-        u, v = pgas.from_numpy(a, mesh), pgas.from_numpy(b, mesh)
-        got = pgas.sum(u, reproducible=True)
+        got, prod, win = jax.jit(sums)(pgas.from_numpy(a, mesh), pgas.from_numpy(b, mesh))
         assert got.dtype == np.dtype(dtype) and got.tobytes() == np.asarray(want).tobytes()
-        assert pgas.sum(u * v, reproducible=True) == products
-        assert pgas.sum(u[1:-1, 2:] - u[:-2, :-2], reproducible=True) == window
+        assert prod == products
+        assert win == window
     exact = math.fsum(a.astype(np.float64).ravel())
     p = np.finfo(dtype).nmant + 1
     e = math.frexp(float(np.abs(a).max()))[1]
@@ -71,8 +76,6 @@ def test_zeros_infinities_nans_huge_values_and_integers():
 
 
 def test_hlo_two_scalar_all_reduces_and_no_all_gather():
-    import jax
-
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     u = pgas.from_numpy(values((15, 13), "float64"), mesh)
     for reproducible, count in [(False, 1), (True, 2)]:
@@ -87,8 +90,6 @@ def test_the_lanes_are_one_reduction():
     """Each lane's sum is the same in any order (a fold's is exact, the non-finite values'
     is inf, -inf or nan), so the folds and the non-finite lane share one pass over the block
     (a variadic reduce) after the max's (the bits of both: the tests above)."""
-    import jax
-
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     u = pgas.from_numpy(values((15, 13), "float64"), mesh)
     jaxpr = jax.make_jaxpr(lambda v: pgas.sum(v * v, reproducible=True))(u).jaxpr
@@ -110,13 +111,11 @@ def test_the_lanes_are_one_reduction():
 
 
 def test_the_gradient_of_a_reproducible_sum_is_the_plain_sums():
-    import jax
-
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     a = values((15, 13), "float64")
     u = pgas.from_numpy(a, mesh)
     for reproducible in (True, False):  # the max that places the folds has no derivative
-        g = jax.grad(lambda v, r=reproducible: pgas.sum(v * v, reproducible=r))(u)
+        g = jax.jit(jax.grad(lambda v, r=reproducible: pgas.sum(v * v, reproducible=r)))(u)
         np.testing.assert_array_equal(g.to_numpy(), 2 * a)
 
 
