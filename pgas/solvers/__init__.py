@@ -16,7 +16,7 @@ and inside a step of :func:`pgas.run` or :func:`pgas.run_until`.
   multigrid, and ``Poisson.vcycle`` preconditions :func:`cg`.
 
 >>> import numpy as np, pgas
->>> n = 9
+>>> n = 5
 >>> b = pgas.from_numpy(np.ones((n, n)), pgas.make_mesh(devices=1), boundary=pgas.Keep())
 >>> op = pgas.solvers.Poisson(h=1 / (n - 1))
 >>> mg = pgas.solvers.multigrid(op, b, tol=1e-10)

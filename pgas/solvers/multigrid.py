@@ -58,7 +58,7 @@ def multigrid(op: Poisson, b: GlobalArray, x0: GlobalArray | None = None, *,
             settings, or (outside a trace) a right-hand side with no solution.
 
     >>> import numpy as np, pgas
-    >>> n = 17
+    >>> n = 5
     >>> b = pgas.from_numpy(np.ones((n, n)), pgas.make_mesh(devices=1), boundary=pgas.Keep())
     >>> sol = pgas.solvers.multigrid(pgas.solvers.Poisson(h=1 / (n - 1)), b)
     >>> bool(sol.converged), int(sol.iterations) < 12

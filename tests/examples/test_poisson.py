@@ -103,7 +103,8 @@ def test_poisson_out_writes_each_final_field_and_platform_cpu_is_accepted(tmp_pa
     import xarray as xr
 
     out = tmp_path / "p.zarr"
-    runs = P.main(["--n", "9", "--devices", "2", "--platform", "cpu", "--out", str(out),
+    # 3 devices and n = 9: the programs of the first test
+    runs = P.main(["--n", "9", "--devices", "3", "--platform", "cpu", "--out", str(out),
                    "--json"])  # fmt: skip
     b, _ = numpy_problem(9)
     n, u = jacobi_iterations(b, runs[0]["check_every"])
@@ -119,19 +120,30 @@ def test_poisson_out_writes_each_final_field_and_platform_cpu_is_accepted(tmp_pa
 
 def test_poisson_multigrid_and_mgcg_solve_what_cg_solves_and_the_other_cases_run(capsys):
     """pgas.solvers in the example: the same discrete solution as NumPy CG (to the
-    tolerance), few cycles; the 3-D and variable-coefficient cases; methods the other
-    backends do not have are refused."""
+    tolerance), few cycles; the variable-coefficient case (MG-preconditioned CG) and the 3-D
+    case (pgas.solvers' CG, against a dense NumPy solve); methods the other backends do not
+    have are refused."""
+    import poisson_numpy as ref
     import pytest
 
-    (mg,) = P.main(["--n", "17", "--devices", "4", "--methods", "multigrid", "--json"])
-    b, exact = numpy_problem(17)
+    (mg,) = P.main(["--n", "9", "--devices", "4", "--methods", "multigrid", "--json"])
+    b, exact = numpy_problem(9)
     _, x = cg_iterations(b, tol=1e-12)
     assert mg["converged"] and mg["relative_residual"] <= 1e-8 and mg["iterations"] <= 12
     assert abs(mg["error_max"] - np.abs(x - exact).max()) < 1e-7  # the discretisation's
-    (var,) = P.main(["--case", "variable", "--n", "17", "--devices", "3", "--methods", "mgcg",
+    (var,) = P.main(["--case", "variable", "--n", "9", "--devices", "3", "--methods", "mgcg",
                      "--json"])  # fmt: skip
     assert var["converged"] and var["error_max"] < 1e-6 and var["iterations"] <= 10
     # f = A u_exact: the error is the solver's alone
+    (cube,) = P.main(["--case", "cube", "--n", "5", "--methods", "cg", "--json"])
+    x = np.linspace(0.0, 1.0, 5)
+    s, c, e = np.sin(np.pi * x), np.cos(np.pi * x), np.exp(x)
+    want = (e * s)[:, None, None] * s[None, :, None] * s[None, None, :]
+    f = ((e * ((3 * np.pi**2 - 1) * s - 2 * np.pi * c))[:, None, None] * s[None, :, None]
+         * s[None, None, :])  # fmt: skip
+    dense = ref.solve(f, ("keep",) * 3, 0.25)  # -lap(u) = f by the 7-point stencil
+    assert cube["converged"] and cube["relative_residual"] <= 1e-8
+    assert abs(cube["error_max"] - np.abs(dense - want).max()) < 1e-7
     with pytest.raises(SystemExit):
         P.main(["--n", "17", "--backend", "explicit", "--methods", "multigrid"])
     assert "run on --backend auto (pgas.solvers)" in capsys.readouterr().err
