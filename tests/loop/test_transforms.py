@@ -100,7 +100,8 @@ def test_gradient_of_the_seed_heat_step_with_keep_ends_and_deep_halos():
     x0 = np.random.default_rng(2).random(203)
     mesh = pgas.make_mesh(("x",), devices=4)
     loss = lambda u: pgas.sum(pgas.run(heat, u, 40) ** 2)  # noqa: E731
-    g = jax.grad(loss)(pgas.from_numpy(x0, mesh, boundary=pgas.Keep())).to_numpy()
+    # under jax.jit: one program (an eager gradient: tests/loop/test_derivative.py)
+    g = jax.jit(jax.grad(loss))(pgas.from_numpy(x0, mesh, boundary=pgas.Keep())).to_numpy()
     np.testing.assert_allclose(g, heat_adjoint(2 * heat_numpy(x0, 40), 40), rtol=1e-12)
 
 
@@ -171,7 +172,9 @@ def test_jvp_and_vmap_over_params():
         return u
 
     cs = jnp.array([0.05, 0.1, 0.2, 0.25])
-    batch = jax.vmap(lambda c: pgas.run(step, make(), 11, params=c).data)(cs)
+    # under jit: one program (eagerly, every batched operation compiles; the subprocess below
+    # runs it eagerly)
+    batch = jax.jit(jax.vmap(lambda c: pgas.run(step, make(), 11, params=c).data))(cs)
     for i, c in enumerate(cs):  # XLA contracts another multiply-add when batched: an ulp
         np.testing.assert_allclose(batch[i], pgas.run(step, make(), 11, params=c).data,
                                    rtol=4e-16, atol=0)  # fmt: skip
@@ -285,16 +288,21 @@ def test_reductions_of_expressions_are_one_scalar_all_reduce():
     mesh = pgas.make_mesh(("y", "x"), shape=(4, 2), devices=8)
     u = pgas.from_numpy(x, mesh, boundary=pgas.Keep())
     v = pgas.from_numpy(y, mesh)
-    np.testing.assert_allclose(float(pgas.sum(u * u)), np.sum(x * x), rtol=1e-12)
+    np.testing.assert_allclose(float(pgas.sum(u * u)), np.sum(x * x), rtol=1e-12)  # eagerly
     diff = np.abs(x[1:-1] - y[1:-1])
-    assert float(pgas.max(abs(u[1:-1] - v[1:-1]))) == diff.max()
-    assert float(pgas.min(abs(u[1:-1] - v[1:-1]))) == diff.min()
-    mean = float(pgas.mean(u[:, 2:] - u[:, :-2]))
-    np.testing.assert_allclose(mean, np.mean(x[:, 2:] - x[:, :-2]), rtol=1e-12)
-    np.testing.assert_allclose(
-        float(pgas.sum(pgas.shift(u, 1, 0) * v)), np.sum(np.vstack([x[:1], x[:-1]]) * y), rtol=1e-12
-    )  # a Keep array read across its face: the ghost row mirrors row 0
-    hlo = jax.jit(lambda u, v: pgas.max(abs(u[1:-1] - v[1:-1]))).lower(u, v).compile().as_text()
+    high = jax.jit(lambda u, v: pgas.max(abs(u[1:-1] - v[1:-1]))).lower(u, v).compile()
+    assert float(high(u, v)) == diff.max()
+
+    def others(u, v):  # under jax.jit: one program (eagerly, every operation compiles)
+        return (pgas.min(abs(u[1:-1] - v[1:-1])), pgas.mean(u[:, 2:] - u[:, :-2]),
+                pgas.sum(pgas.shift(u, 1, 0) * v))  # fmt: skip
+
+    low, mean, shifted = jax.jit(others)(u, v)
+    assert float(low) == diff.min()
+    np.testing.assert_allclose(float(mean), np.mean(x[:, 2:] - x[:, :-2]), rtol=1e-12)
+    # a Keep array read across its face: the ghost row mirrors row 0
+    np.testing.assert_allclose(float(shifted), np.sum(np.vstack([x[:1], x[:-1]]) * y), rtol=1e-12)
+    hlo = high.as_text()
     kinds = collectives(hlo)
     assert [kind for kind, _ in kinds] == ["all-reduce"] and hlo.count("all-reduce(") == 1
 
