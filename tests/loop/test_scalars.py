@@ -65,6 +65,7 @@ def test_a_state_leaf_that_is_not_a_field_nor_a_scalar_is_refused():
         pgas.run(lambda s: s, {"u": u, "c": jnp.zeros(2)}, 1)
 
 
+@pytest.mark.filterwarnings("ignore::pgas.NonConvergenceWarning")  # never converges: chunks
 def test_run_until_resumed_from_its_result_compiles_no_second_loop(compiles):
     """A scalar made on one device (``jnp.asarray``) is placed as the loop returns it, so the
     next chunk of a checkpointed run (its result given back) reuses the compiled loop."""
