@@ -62,10 +62,10 @@ def shifted_heat_adjoint(g: np.ndarray, bc, steps: int, c=0.125) -> np.ndarray:
 
 
 # ---- 1. reverse mode ---------------------------------------------------------------------
-CASES = [  # shape, mesh shape, boundary
+CASES = [  # shape, mesh shape, boundary (each kind and each class of mesh; Neumann on 17 cells
+    # over 3 devices took the paths of Dirichlet there and of Neumann on 2 x 2)
     ((17,), (1,), pgas.Periodic()),
     ((17,), (3,), pgas.Dirichlet(1.0)),  # blocks 6, 6, 5: auto is k = 5, in pairs of groups
-    ((17,), (3,), pgas.Neumann()),
     ((13, 12), (2, 2), pgas.Periodic()),  # blocks 7 or 6 by 6: k = 6
     ((13, 12), (2, 2), pgas.Neumann()),
 ]
@@ -360,12 +360,13 @@ def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
 
     u, key = make(), explicit.region_key(inner)
     tree, leaves, fields = explicit.params.split_params(p, u.layout)
-    hlo = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
+    # k = 5: the program run above (auto chose it too), loaded from the compilation cache
+    hlo = explicit.program(kernel, u.layout, (1, 1), key, 5, tree, fields).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
     tree, leaves, fields = explicit.params.split_params(
         {"c": 0.05, "k": jnp.full((3, 3), 0.1)}, u.layout
     )
-    scalars = explicit.program(kernel, u.layout, (1, 1), key, 4, tree, fields).lower(
+    scalars = explicit.program(kernel, u.layout, (1, 1), key, 5, tree, fields).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
     field, alone = permutes_per_computation(hlo), permutes_per_computation(scalars)
     assert field.pop("ENTRY") == 4  # the field: one exchange, 2 axes x 2 directions, once
