@@ -31,18 +31,30 @@ jax.config.update("jax_enable_x64", True)
 jax.devices()  # start the backend now: in-process runs of the examples cannot change the count
 
 
-@pytest.fixture
-def compiles():
-    """The XLA compilations of this test so far (their durations), from JAX's monitoring."""
+def _durations(name: str):
+    """The durations of JAX's monitoring event ``name`` while the test runs."""
     seen = []
 
     def listen(event, secs, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
+        if event == name:
             seen.append(secs)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     yield seen
     jax.monitoring.unregister_event_duration_listener(listen)
+
+
+@pytest.fixture
+def compiles():
+    """The XLA compilations of this test so far (their durations), from JAX's monitoring."""
+    yield from _durations("/jax/core/compile/backend_compile_duration")
+
+
+@pytest.fixture
+def lowerings():
+    """The programs this test lowered to XLA so far (compiled, or loaded from the persistent
+    cache, which ``compiles`` does not see)."""
+    yield from _durations("/jax/core/compile/jaxpr_to_mlir_module_duration")
 
 
 @pytest.fixture(scope="session")
