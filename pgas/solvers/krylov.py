@@ -201,27 +201,29 @@ def _prepared(M, layout):
 
 def iterate(A, M, rhs, bb, tol, max_iters, dot):
     """``(x, (iterations, converged, r.r))``: CG from zero on ``rhs`` until ``r.r <= tol**2
-    bb``, as one :func:`pgas.run_until` loop."""
-    z = rhs if M is None else fields.masked(M(rhs), rhs)
+    bb``, as one :func:`pgas.run_until` loop.
+
+    Each iteration starts by preconditioning its residual (``z = M(r)``, then the new
+    direction ``p = z + beta p``), so ``M`` appears once in the compiled program: the first
+    iteration's ``beta`` is zero (``rz`` starts at zero) and its ``p`` is ``z``."""
     rr = dot(rhs, rhs)
-    state = {"x": fields.zeros(rhs.layout, rhs.dtype), "r": rhs, "p": z, "rr": rr,
-             "rz": rr if M is None else dot(rhs, z)}  # fmt: skip
+    zero = fields.zeros(rhs.layout, rhs.dtype)
+    state = {"x": zero, "r": rhs, "p": zero, "rr": rr, "rz": jnp.zeros_like(rr)}
 
     def step(s):
         if M is not None:
             check_not_framed(s)  # a preconditioner may slice with strides (multigrid)
         x, r, p, rz = s["x"], s["r"], s["p"], s["rz"]
-        ap = fields.masked(A(p), p)
-        pap = dot(p, ap)
-        alpha = jnp.where(pap > 0, rz / jnp.where(pap > 0, pap, 1), 0)
-        x = fields.updated(x, alpha, p)
-        r = fields.updated(r, -alpha, ap)
         z = r if M is None else fields.masked(M(r), r)
-        rr = dot(r, r)
-        new = rr if M is None else dot(r, z)
+        new = s["rr"] if M is None else dot(r, z)
         beta = jnp.where(rz > 0, new / jnp.where(rz > 0, rz, 1), 0)
         p = fields.updated(z, beta, p)
-        return {"x": x, "r": r, "p": p, "rr": rr, "rz": new}
+        ap = fields.masked(A(p), p)
+        pap = dot(p, ap)
+        alpha = jnp.where(pap > 0, new / jnp.where(pap > 0, pap, 1), 0)
+        x = fields.updated(x, alpha, p)
+        r = fields.updated(r, -alpha, ap)
+        return {"x": x, "r": r, "p": p, "rr": dot(r, r), "rz": new}
 
     limit = jnp.asarray(tol, rhs.dtype) ** 2 * bb
     out = run_until(step, state, lambda s: s["rr"] <= limit, max_iters, check_every=1)

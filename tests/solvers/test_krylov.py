@@ -3,6 +3,7 @@ mesh (reproducible sums), a multigrid preconditioner, limits and errors."""
 
 import warnings
 
+import jax
 import numpy as np
 import poisson_numpy as ref
 import pytest
@@ -51,6 +52,22 @@ def test_multigrid_preconditioned_cg_needs_few_iterations_and_solves_it():
     for sol in (pcg, plain):
         np.testing.assert_allclose(sol.x.to_numpy(), want, atol=1e-7 * abs(want).max())
     assert int(pcg.iterations) <= 10 < 40 <= int(plain.iterations)
+
+
+def test_the_preconditioner_is_in_the_compiled_solve_once():
+    """Each iteration preconditions its residual at its start: the program holds one V-cycle
+    (its permutes: those of CG preconditioned by a copy, plus one V-cycle's), not a second one
+    before the loop."""
+    mesh = pgas.make_mesh(("y", "x"), devices=4)
+    b = pgas.from_numpy(np.random.default_rng(3).random((9, 9)), mesh, boundary=pgas.Keep())
+    op = pgas.solvers.Poisson()
+
+    def permutes(f):
+        return jax.jit(f).lower(b).compile().as_text().count("collective-permute(")
+
+    plain = permutes(lambda b: pgas.solvers.cg(op, b, M=lambda r: 1.0 * r, check=False).x)
+    cycle = permutes(op.vcycle)
+    assert cycle > 0 and permutes(lambda b: pgas.solvers.cg(op, b, M=op.vcycle).x) == plain + cycle
 
 
 def test_reaching_the_limit_warns_and_says_not_converged():
