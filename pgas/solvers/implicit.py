@@ -6,6 +6,11 @@ derivative of a solve with respect to its right-hand side (reverse mode: the
 cotangent) costs one more solve with the same (symmetric) operator; with
 respect to what the operator reads (a coefficient field), the tangent
 ``-A^-1 (dA) x`` is one solve too. The iterations' states are never stored.
+
+The solve is traced once: ``jax.lax.custom_linear_solve`` traces its solve and,
+for a symmetric operator, the same solve again as the transpose solve; both
+replay the one jaxpr (a multigrid solve's Python tracing, the V-cycle's global
+view, is then done once per program, not twice).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ __all__ = ["linear_solve"]
 
 def linear_solve(matvec: Callable[[GlobalArray], GlobalArray], rhs: GlobalArray,
                  solve: Callable[[GlobalArray], tuple[GlobalArray, tuple]]):  # fmt: skip
-    """``solve(rhs)`` (``(x, aux)``) with ``matvec`` symmetric, differentiated implicitly.
+    """``solve(rhs)`` (``(x, aux)``) with ``matvec`` symmetric, differentiated implicitly;
+    ``solve`` is traced once.
 
     >>> import numpy as np, jax, pgas
     >>> u = pgas.from_numpy(np.array([2.0, 4.0]), pgas.make_mesh(devices=1))
@@ -31,6 +37,10 @@ def linear_solve(matvec: Callable[[GlobalArray], GlobalArray], rhs: GlobalArray,
     >>> x.to_numpy()
     array([1., 2.])
     """
-    return jax.lax.custom_linear_solve(
-        matvec, rhs, lambda _, r: solve(r), symmetric=True, has_aux=True
-    )
+    closed, shape = jax.make_jaxpr(solve, return_shape=True)(rhs)
+    tree = jax.tree.structure(shape)
+
+    def replay(_, r):
+        return tree.unflatten(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(r)))
+
+    return jax.lax.custom_linear_solve(matvec, rhs, replay, symmetric=True, has_aux=True)

@@ -111,3 +111,19 @@ def test_an_operator_that_is_not_symmetric_is_refused_before_iterating():
         pgas.solvers.cg(upwind, b)
     with pytest.raises(PgasError, match=r"M is not symmetric"):
         pgas.solvers.cg(five_point, b, M=upwind)
+
+
+def test_a_solve_traces_its_preconditioner_once():
+    """The solve is traced once for the forward and the transpose solve of its implicit
+    derivative (one jaxpr, replayed), and the preconditioner once in it."""
+    b = pgas.from_numpy(np.random.default_rng(4).random((9, 9)), pgas.make_mesh(devices=1),
+                        boundary=pgas.Keep())  # fmt: skip
+    op = pgas.solvers.Poisson()
+    calls = []
+
+    def M(r):
+        calls.append(r)
+        return op.vcycle(r)
+
+    jax.jit(lambda b: pgas.solvers.cg(op, b, M=M, check=False).x).trace(b)
+    assert len(calls) == 1
