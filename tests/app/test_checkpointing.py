@@ -13,10 +13,12 @@ from pgas.app.platform import Session
 from pgas.errors import PgasError
 from pgas.io import checkpoint
 
+FIRST = dict(backend="explicit", steps=8, devices=2, checkpoint_every=4)  # one compiled program
+
 
 def test_checkpoints_between_chunks_and_restart(tmp_path):
     ck = str(tmp_path / "ck")
-    opts = RunOptions(backend="explicit", steps=8, devices=2, checkpoint=ck, checkpoint_every=4)
+    opts = RunOptions(**FIRST, checkpoint=ck)
     runner.run(heat_problem(), opts)
     assert checkpoint.latest(ck) == 8
     more = dataclasses.replace(opts, backend="auto", steps=12, restart=True, devices=4)
@@ -27,8 +29,10 @@ def test_checkpoints_between_chunks_and_restart(tmp_path):
 
 def test_restart_in_an_empty_directory_starts_fresh(tmp_path):
     (tmp_path / "ck").mkdir()
-    opts = RunOptions(steps=3, devices=2, checkpoint=str(tmp_path / "ck"), restart=True)
-    assert runner.run(heat_problem(), opts).start_step == 0
+    opts = RunOptions(**FIRST, checkpoint=str(tmp_path / "ck"), restart=True)
+    r = runner.run(heat_problem(), opts, gather=True)
+    assert r.start_step == 0 and checkpoint.latest(tmp_path / "ck") == 8
+    np.testing.assert_array_equal(r.field, heat_reference(203, 8))
 
 
 class At(Checkpointer):

@@ -46,22 +46,25 @@ def test_compare_three_backends_heat():
 # against NumPy and test_explicit's life on 1x2 and 2x1 devices
 @pytest.mark.parametrize("ranks", [4])
 def test_life_mpi_and_jax_bitwise(ranks):
-    problem = pgas.problem.load_problem(f"{PROBLEMS}:life")
-    b0 = problem.init(*np.meshgrid(np.arange(37), np.arange(53), indexing="ij"))
+    problem = pgas.problem.load_problem(f"{PROBLEMS}:life", h=13, w=17)  # blocks 7/6 x 9/8
+    b0 = problem.init(*np.meshgrid(np.arange(13), np.arange(17), indexing="ij"))
     expected = life_numpy(b0, 15)
-    results = compare(f"{PROBLEMS}:life", 15, devices=ranks, ranks=ranks, gather=True)
+    results = compare(f"{PROBLEMS}:life", 15, devices=ranks, ranks=ranks, gather=True, h=13, w=17)
     for r in results:
         np.testing.assert_array_equal(r.field, expected, err_msg=r.backend)
         assert r.checksum == checksum(expected), r.backend
 
 
-def test_cli_compare_json():
-    out = subprocess.run(
-        [sys.executable, "-m", "pgas.app.cli", "compare", f"{PROBLEMS}:heat", "--steps", "5",
-         "--devices", "1", "--set", "n=301", "--json"],  # the CLI's wiring: one rank is enough
-        capture_output=True, text=True, timeout=180, check=True,
-    )  # fmt: skip
-    rows = json.loads(out.stdout.strip().splitlines()[-1])
+def test_cli_compare_json(capsys):
+    """The CLI's wiring of all three backends, in this process: the mpi row runs under
+    mpiexec (run_mpi) on one rank (enough here); the JAX rows run the programs of
+    test_compare_three_backends_heat. ``python -m pgas.app.cli`` as a process:
+    test_cli.py::test_console_entry_point_runs_as_a_module."""
+    from pgas.app.cli import main
+
+    assert main(["compare", f"{PROBLEMS}:heat", "--steps", "20", "--devices", "4", "--ranks",
+                 "1", "--steps-per-exchange", "4", "--set", "n=1001", "--json"]) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [r["backend"] for r in rows] == ["auto", "explicit", "mpi"]
     assert len({r["checksum"] for r in rows}) == 1
 

@@ -2,8 +2,9 @@
 
 The JAX backends run in this process (conftest: 8 CPU devices) by calling the
 examples' ``main(argv)``; ``--backend mpi`` runs under ``mpiexec -n 2`` (one
-launch per example, checked bitwise against NumPy), and one subprocess checks
-``--compare`` and one the message of ``--backend mpi`` without mpiexec.
+launch per example, checked bitwise against NumPy), ``--compare`` in this process
+(its mpi row under ``mpiexec -n 2``), and one subprocess checks the message of
+``--backend mpi`` without mpiexec.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 H = load_example("heat1d")
 L = load_example("life")
 P = L.patterns
+
+# Most heat runs below share one configuration (HEAT2: 101 cells on 2 devices; chunks of 10
+# steps where a run has snapshots or checkpoints), so they share their compiled programs.
+HEAT2 = ["--devices", "2", "--n", "101"]
 
 
 def _env() -> dict[str, str]:
@@ -74,22 +79,21 @@ def _check_common(d: dict, ds: xr.Dataset, backend: str, steps: int, shape) -> N
 @pytest.mark.parametrize("backend", ["auto", "explicit"])
 def test_heat1d_end_to_end_jax(backend, tmp_path, capsys):
     out, png = tmp_path / "heat.nc", tmp_path / "heat.png"
-    H.main(["--backend", backend, "--devices", "4", "--n", "203", "--steps", "60",
-            "--init", "gaussian", "--snapshot-every", "20", "--out", str(out), "--plot", str(png),
-            "--json"])  # fmt: skip
+    H.main(["--backend", backend, *HEAT2, "--steps", "30", "--init", "gaussian",
+            "--snapshot-every", "10", "--out", str(out), "--plot", str(png), "--json"])  # fmt: skip
     d = last_json(capsys.readouterr().out)
-    u0 = H.initial(203, "gaussian").astype(np.float32)
-    assert d["checksum"] == checksum(heat_numpy(u0, 60))
-    assert d["devices"] == 4 and d["processes"] == 1 and d["mesh"] == {"x": 4}
+    u0 = H.initial(101, "gaussian").astype(np.float32)
+    assert d["checksum"] == checksum(heat_numpy(u0, 30))
+    assert d["devices"] == 2 and d["processes"] == 1 and d["mesh"] == {"x": 2}
     k = d["steps_per_exchange"]
     assert d["comm"]["collective-permute"]["count_per_exchange"] == 2
     assert d["comm"]["collective-permute"]["count_per_step"] == 2 / k
     assert d["comm"]["all-gather"]["count_per_step"] == 0
     assert {"max", "mean", "l2"} <= set(d)
     with xr.open_dataset(out) as ds:
-        _check_common(d, ds, backend, 60, (203,))
-        assert ds["u"].dims == ("time", "x") and ds["u"].shape == (4, 203)
-        assert ds["u"].dtype == np.float32 and ds["time"].values.tolist() == [0, 20, 40, 60]
+        _check_common(d, ds, backend, 30, (101,))
+        assert ds["u"].dims == ("time", "x") and ds["u"].shape == (4, 101)
+        assert ds["u"].dtype == np.float32 and ds["time"].values.tolist() == [0, 10, 20, 30]
         assert ds["max"].dims == ("time",) and ds["l2"].shape == (4,)
         np.testing.assert_array_equal(ds["u"].values[0], u0)
         assert float(ds["mean"][-1]) == pytest.approx(d["mean"])
@@ -163,8 +167,9 @@ def test_life_end_to_end_mpi(tmp_path):
 
 
 def test_life_pattern_at_position(capsys):
-    L.main(["--devices", "8", "--size", "16x16", "--pattern", "glider", "--at", "11,12",
-            "--steps", "64", "--json", "--quiet"])  # fmt: skip
+    # 4 devices and k = 2: the program of test_summary_names_platform_device_and_k
+    L.main(["--devices", "4", "--size", "16x16", "--pattern", "glider", "--at", "11,12",
+            "--steps", "64", "--steps-per-exchange", "2", "--json", "--quiet"])  # fmt: skip
     d = last_json(capsys.readouterr().out)
     b0 = P.place((16, 16), P.load_pattern("glider"), at=(11, 12))
     assert d["checksum"] == checksum(b0) and d["population"] == 5  # once round the torus
@@ -172,19 +177,20 @@ def test_life_pattern_at_position(capsys):
 
 # ---- --compare and the launcher message (subprocesses) --------------------------------------
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
-def test_heat1d_compare_prints_a_table_with_equal_checksums():
-    cmd = [sys.executable, str(HEAT), "--devices", "2", "--n", "501", "--steps", "20",
-           "--compare", "--quiet", "--json"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=_env())
-    assert proc.returncode == 0, proc.stderr
-    rows = [x.split() for x in proc.stdout.splitlines() if x.split()[:1] in (["auto"],
+def test_heat1d_compare_prints_a_table_with_equal_checksums(capsys):
+    # in this process (the script as a process: test_heat1d_end_to_end_mpi); its mpi row runs
+    # under mpiexec -n 2 (run_mpi). HEAT2 (below): the JAX rows reuse the programs of the
+    # streamed-output tests.
+    H.main([*HEAT2, "--steps", "20", "--compare", "--quiet", "--json"])
+    stdout = capsys.readouterr().out
+    rows = [x.split() for x in stdout.splitlines() if x.split()[:1] in (["auto"],
             ["explicit"], ["mpi"])]  # fmt: skip
     assert [r[0] for r in rows] == ["auto", "explicit", "mpi"]
     assert all(r[-1] == "yes" for r in rows)
     assert all(r[1] == "cpu" and r[2] == "2" and int(r[3]) >= 1 for r in rows)  # platform, k
-    assert "messages and bytes per physical step" in proc.stdout
+    assert "messages and bytes per physical step" in stdout
     assert len({r[-2] for r in rows}) == 1
-    assert last_json(proc.stdout)["backend"] == "auto"
+    assert last_json(stdout)["backend"] == "auto"
 
 
 @pytest.mark.parametrize("backend", ["auto", "explicit"])
@@ -194,9 +200,8 @@ def test_steps_per_exchange_is_bitwise_and_reported(backend, capsys):
     H.main([*base, "--steps-per-exchange", "1"])
     one = last_json(capsys.readouterr().out)
     assert one["steps_per_exchange"] == 1 and one["steps_per_exchange_note"] == ""
-    H.main([*base, "--steps-per-exchange", "4"])
-    four = last_json(capsys.readouterr().out)
-    assert four["steps_per_exchange"] == 4 and four["checksum"] == one["checksum"]
+    # (a k run as asked, not lowered, is reported on both backends by test_cli.py's
+    # test_compare_json_in_process, k = 2)
     H.main([*base, "--steps-per-exchange", "64"])  # blocks of 6, 6, 6, 5 cells: lowered to 5
     low = last_json(capsys.readouterr().out)
     assert low["steps_per_exchange"] == 5 and "lowered from 64 to 5" in low[
@@ -292,8 +297,8 @@ def test_mpi_run_snapshots_and_callback_in_one_process():
 # ---- streamed output: pictures without --out, a store of another problem ------------------
 def test_plot_without_out_draws_from_a_scratch_store_then_removes_it(tmp_path, capsys):
     png = tmp_path / "heat.png"
-    d = H.main(["--devices", "2", "--n", "64", "--steps", "8", "--snapshot-every", "2",
-                "--plot", str(png), "--json", "--quiet"])  # fmt: skip
+    d = H.main([*HEAT2, "--steps", "20", "--snapshot-every", "10", "--plot", str(png), "--json",
+                "--quiet"])  # fmt: skip
     assert d["written"] == [str(png)] and png.stat().st_size > 1000
     assert not Path(pgas.runner.scratch_store(str(png))).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.png"]
@@ -301,63 +306,48 @@ def test_plot_without_out_draws_from_a_scratch_store_then_removes_it(tmp_path, c
 
 def test_restart_into_a_store_of_another_problem_is_refused(tmp_path, capsys):
     ck, life, heat = tmp_path / "heat.ckpt", tmp_path / "life.zarr", tmp_path / "heat.zarr"
-    base = ["--devices", "2", "--n", "64", "--quiet", "--checkpoint", str(ck)]
-    H.main([*base, "--steps", "8", "--checkpoint-every", "4", "--out", str(heat),
-            "--snapshot-every", "4"])  # fmt: skip
+    base = [*HEAT2, "--quiet", "--checkpoint", str(ck)]
+    H.main([*base, "--steps", "20", "--checkpoint-every", "10", "--out", str(heat),
+            "--snapshot-every", "10"])  # fmt: skip
     L.main(["--devices", "2", "--size", "8x8", "--steps", "4", "--out", str(life), "--quiet"])
-    fails_with(H.main, [*base, "--steps", "12", "--restart", "--out", str(life)], capsys,
+    fails_with(H.main, [*base, "--steps", "30", "--restart", "--out", str(life)], capsys,
                "StoreMismatchError", str(life), "choose another output path")  # fmt: skip
     with xr.open_zarr(life) as ds:  # left as it was
         assert ds["time"].values.tolist() == [0, 1, 2, 3, 4] and "board" in ds
-    H.main([*base, "--steps", "12", "--restart", "--out", str(heat), "--snapshot-every", "4"])
-    with xr.open_zarr(heat) as ds:  # the right store: continued from the checkpoint at 8
-        assert ds["time"].values.tolist() == [0, 4, 8, 12]
+    H.main([*base, "--steps", "30", "--restart", "--out", str(heat), "--snapshot-every", "10"])
+    with xr.open_zarr(heat) as ds:  # the right store: continued from the checkpoint at 20
+        assert ds["time"].values.tolist() == [0, 10, 20, 30]
 
 
 def test_a_failed_run_writes_a_final_checkpoint_and_restarts_from_it(tmp_path, capsys,
                                                                      monkeypatch):  # fmt: skip
-    """A snapshot write fails at step 130 (checkpoints every 50): the CLI saves the state of
-    step 130 before it exits, and --restart continues from there with every snapshot once."""
+    """A snapshot write fails at step 30 (checkpoints every 20): the CLI saves the state of
+    step 30 before it exits, and --restart continues from there with every snapshot once."""
     from pgas.io import checkpoint
     from pgas.io.output import Stream
 
     out, ck = tmp_path / "h.zarr", tmp_path / "ck"
-    args = [
-        "--devices",
-        "2",
-        "--n",
-        "101",
-        "--steps",
-        "200",
-        "--snapshot-every",
-        "10",
-        "--checkpoint-every",
-        "50",
-        "--out",
-        str(out),
-        "--checkpoint",
-        str(ck),
-        "--quiet",
-    ]
+    args = [*HEAT2, "--steps", "40", "--snapshot-every", "10", "--checkpoint-every", "20",
+            "--out", str(out), "--checkpoint", str(ck), "--quiet"]  # fmt: skip
     write = Stream.write
 
     def failing(self, step, field, region=None):
-        if step == 130:
+        if step == 30:
             raise OSError(28, "No space left on device")
         return write(self, step, field, region)
 
     monkeypatch.setattr(Stream, "write", failing)
     with pytest.raises(OSError, match="No space left") as caught:
         H.main(args)
-    assert caught.value.pgas_step == 130 and checkpoint.latest(ck) == 130
-    assert "state after step 130 was saved" in capsys.readouterr().err
+    assert caught.value.pgas_step == 30 and checkpoint.latest(ck) == 30
+    assert "state after step 30 was saved" in capsys.readouterr().err
     monkeypatch.setattr(Stream, "write", write)
     H.main([*args, "--restart", "--json"])
     d = last_json(capsys.readouterr().out)
     u0 = H.initial(101).astype(np.float32)
-    assert d["checksum"] == checksum(heat_numpy(u0, 200))
+    assert d["checksum"] == checksum(heat_numpy(u0, 40))
     with xr.open_zarr(out) as ds:
-        assert ds["time"].values.tolist() == list(range(0, 201, 10))
+        assert ds["time"].values.tolist() == list(range(0, 41, 10))
 
 
 def test_output_never_makes_a_run_report_more_throughput(tmp_path, capsys, monkeypatch):
@@ -368,8 +358,8 @@ def test_output_never_makes_a_run_report_more_throughput(tmp_path, capsys, monke
 
     from pgas.io.snapshots import SnapshotWriter
 
-    base = ["--devices", "2", "--n", "1001", "--steps", "400", "--json"]
-    H.main([*base, "--snapshot-every", "80"])
+    base = [*HEAT2, "--steps", "50", "--json"]  # 6 snapshots: 0, 10, ..., 50
+    H.main([*base, "--snapshot-every", "10"])
     plain = last_json(capsys.readouterr().out)
     write = SnapshotWriter.write
 
@@ -378,14 +368,14 @@ def test_output_never_makes_a_run_report_more_throughput(tmp_path, capsys, monke
         return write(self, *args, **kwargs)
 
     monkeypatch.setattr(SnapshotWriter, "write", slow)
-    H.main([*base, "--snapshot-every", "80", "--out", str(tmp_path / "h.zarr")])
+    H.main([*base, "--snapshot-every", "10", "--out", str(tmp_path / "h.zarr")])
     out = last_json(capsys.readouterr().out)
     assert out["output_wait_seconds"] >= 5 * 0.2 and plain["output_wait_seconds"] == 0
     assert out["seconds"] >= out["output_wait_seconds"]
     assert out["compute_seconds"] == pytest.approx(out["seconds"] - out["output_wait_seconds"])
-    assert out["cell_updates_per_second"] == pytest.approx(1001 * 400 / out["seconds"])
+    assert out["cell_updates_per_second"] == pytest.approx(101 * 50 / out["seconds"])
     assert out["cell_updates_per_second"] < plain["cell_updates_per_second"]
-    H.main([*base[:-1], "--snapshot-every", "80", "--out", str(tmp_path / "h2.zarr")])
+    H.main([*base[:-1], "--snapshot-every", "10", "--out", str(tmp_path / "h2.zarr")])
     assert "waiting for output" in capsys.readouterr().out
 
 
@@ -393,16 +383,16 @@ def test_output_never_makes_a_run_report_more_throughput(tmp_path, capsys, monke
 def test_an_existing_out_is_kept_unless_overwrite(tmp_path, capsys):
     notes = tmp_path / "notes.nc"
     notes.write_text("user notes\n")
-    fails_with(H.main, ["--devices", "2", "--steps", "10", "--out", str(notes)], capsys,
+    fails_with(H.main, [*HEAT2, "--steps", "10", "--out", str(notes)], capsys,
                str(notes), "exists", "--overwrite")  # fmt: skip
     assert notes.read_text() == "user notes\n"
     store = tmp_path / "life.zarr"  # another problem's store
-    L.main(["--devices", "2", "--size", "16x16", "--steps", "4", "--out", str(store), "--quiet"])
-    fails_with(H.main, ["--devices", "2", "--steps", "10", "--out", str(store)], capsys,
+    L.main(["--devices", "2", "--size", "8x8", "--steps", "4", "--out", str(store), "--quiet"])
+    fails_with(H.main, [*HEAT2, "--steps", "10", "--out", str(store)], capsys,
                "exists", "--overwrite")  # fmt: skip
     with xr.open_zarr(store) as ds:
         assert ds.attrs["example"] == "life"
-    H.main(["--devices", "2", "--steps", "10", "--out", str(store), "--overwrite", "--quiet"])
+    H.main([*HEAT2, "--steps", "10", "--out", str(store), "--overwrite", "--quiet"])
     with xr.open_zarr(store) as ds:
         assert ds.attrs["example"] == "heat1d"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".old")]  # old one removed
@@ -412,31 +402,30 @@ def test_restart_with_a_mistyped_checkpoint_keeps_the_store(tmp_path, capsys):
     """The requeue line with ck11 for ck1: refused, naming both paths and the checkpoint
     directories next to the store, instead of starting over and recreating the store."""
     out, ck1, ck11 = tmp_path / "run.zarr", tmp_path / "ck1", tmp_path / "ck11"
-    first = ["--devices", "2", "--out", str(out), "--checkpoint", str(ck1),
-             "--checkpoint-every", "50", "--steps", "100", "--quiet"]  # fmt: skip
+    first = [*HEAT2, "--out", str(out), "--checkpoint", str(ck1),
+             "--checkpoint-every", "10", "--steps", "20", "--quiet"]  # fmt: skip
     H.main(first)
     with xr.open_zarr(out) as ds:
         times = ds["time"].values.tolist()
-    err = fails_with(H.main, ["--devices", "2", "--restart", "--checkpoint", str(ck11), "--out",
-                              str(out), "--steps", "200"], capsys, "--restart refused",
+    err = fails_with(H.main, [*HEAT2, "--restart", "--checkpoint", str(ck11), "--out",
+                              str(out), "--steps", "40"], capsys, "--restart refused",
                      str(out), str(ck11), str(ck1), "--overwrite")  # fmt: skip
     assert "starting from step 0" not in err
     with xr.open_zarr(out) as ds:
         assert ds["time"].values.tolist() == times
     # the right directory continues the store
-    H.main(["--devices", "2", "--restart", "--checkpoint", str(ck1), "--out", str(out),
-            "--checkpoint-every", "50", "--steps", "200", "--quiet"])  # fmt: skip
+    H.main([*HEAT2, "--restart", "--checkpoint", str(ck1), "--out", str(out),
+            "--checkpoint-every", "10", "--steps", "40", "--quiet"])  # fmt: skip
     with xr.open_zarr(out) as ds:
         assert (
-            ds["time"].values.tolist()[-1] == 200
-            and len(set(ds["time"].values)) == ds.sizes["time"]
+            ds["time"].values.tolist()[-1] == 40 and len(set(ds["time"].values)) == ds.sizes["time"]
         )
 
 
 def test_a_new_run_does_not_replace_an_earlier_runs_checkpoint(tmp_path, capsys):
     ck = tmp_path / "ck"
-    args = ["--devices", "2", "--steps", "20", "--checkpoint", str(ck), "--checkpoint-every",
-            "10", "--quiet"]  # fmt: skip
+    args = [*HEAT2, "--steps", "20", "--checkpoint", str(ck), "--checkpoint-every", "10",
+            "--quiet"]  # fmt: skip
     H.main(args)
     fails_with(H.main, args, capsys, str(ck), "checkpoint of step 20", "--restart",
                "--overwrite")  # fmt: skip

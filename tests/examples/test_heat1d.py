@@ -24,15 +24,17 @@ def test_heat_2pow20_on_8_devices(dtype):
     assert k > 1 and deep.per_exchange("collective-permute") == 2
     assert deep.count("collective-permute") == 2 / k and deep.gathers == 0
     assert deep.bytes("collective-permute") == deep.ideal_bytes == 2 * np.dtype(dtype).itemsize
-    out = pgas.run(heat, u, steps=10).to_numpy()
-    np.testing.assert_array_equal(out, heat_numpy(x0, 10))
+    if dtype == np.float32:  # the run of blocks past 2**16 (float64 runs: test_heat_physics.py)
+        out = pgas.run(heat, u, steps=10).to_numpy()
+        np.testing.assert_array_equal(out, heat_numpy(x0, 10))
 
 
 # 1026 cells on 8 devices (blocks of 128 and 129, k = 16: 25 steps are one group and 9 single
 # steps; 1_000_003 cells, blocks past 2**16, ran the same code with k = 16 and only single
-# steps, and test_heat_2pow20_on_8_devices runs blocks that large), on 3 (342 each), 17 cells
-# on 8 (blocks of 2 and 3, k = 2), 5 on one device (k = 5)
-@pytest.mark.parametrize("n, devices", [(1026, 8), (1026, 3), (17, 8), (5, 1)])
+# steps, and test_heat_2pow20_on_8_devices runs blocks that large), 17 cells on 8 (blocks of 2
+# and 3, k = 2), 5 on one device (k = 5). (1026 cells on 3 devices, 342 each, ran the first
+# case's code with even blocks: test_functional_forms_agree runs even blocks.)
+@pytest.mark.parametrize("n, devices", [(1026, 8), (17, 8), (5, 1)])
 def test_uneven_sizes_bitwise(n, devices):
     x0 = np.random.default_rng(n).random(n).astype(np.float32)
     u = pgas.from_numpy(x0, pgas.make_mesh(("x",), devices=devices))
@@ -53,7 +55,7 @@ def test_loop_program_has_halo_permutes_in_body():
 
 
 def test_functional_forms_agree():
-    x0 = np.random.default_rng(1).random(1000).astype(np.float32)
+    x0 = np.random.default_rng(1).random(96).astype(np.float32)  # even blocks of 12 cells
     mesh = pgas.make_mesh(("x",))
 
     def at_set(u):
@@ -78,7 +80,7 @@ def test_eager_assignment_outside_jit():
 
 
 def test_fourth_order_stencil_halo_2():
-    x0 = np.random.default_rng(2).random(999)
+    x0 = np.random.default_rng(2).random(99)  # blocks of 12 and 13 cells
     u = pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2)
 
     def step(u):
