@@ -52,7 +52,13 @@ MODES = {
 }  # fmt: skip
 
 
-def worker(a) -> dict:
+def worker(a) -> list[dict]:
+    """Each configuration, ``--stencil``/``--size`` then each ``--also``, in this process."""
+    cases = [(a.stencil, a.size)] + [(s, int(n)) for s, n in (x.split(":") for x in a.also)]
+    return [one_case(a, stencil, size) for stencil, size in cases]
+
+
+def one_case(a, stencil: str, size: int) -> dict:
     if a.platform == "gpu":  # the first D GPUs; the copy loop below is the device's roofline
         os.environ["JAX_PLATFORMS"] = "cuda"
     else:
@@ -67,12 +73,12 @@ def worker(a) -> dict:
     from pgas.loop.plan import plan
     from pgas.references import explicit
 
-    case = example_case(a.stencil, a.size, a.devices)
+    case = example_case(stencil, size, a.devices)
     step, kernel, region, mesh, make = case.step, case.kernel, case.region, case.mesh, case.make
     cells = case.cells
     steps = a.steps
     device = mesh.devices.flat[0]
-    out = {"devices": a.devices, "stencil": a.stencil, "size": a.size, "cells": cells,
+    out = {"devices": a.devices, "stencil": stencil, "size": size, "cells": cells,
            "steps": steps, "platform": device.platform, "device_kind": device.device_kind,
            "jax": jax.__version__, "results": []}  # fmt: skip
 
@@ -119,7 +125,7 @@ def worker(a) -> dict:
             out["results"].append(rec)
     if a.overhead:
         out["overhead"] = overhead(a, make, kernel, region, timed, explicit, jnp, step)
-    json.dump(out, sys.stdout)
+    print(json.dumps(out), flush=True)  # one line per configuration
     return out
 
 
@@ -185,25 +191,35 @@ def sweep(mode: str, platform: str = "cpu") -> dict:
         have = gpu_count(platform)
         jobs = [j for j in jobs if j[2] <= have]
         overheads = [d for d in overheads if d <= have]
-    for stencil, size, devices in jobs:
-        runs.append(_worker(stencil, size, devices, m, overhead=False))
+    if mode == "tiny":  # one worker per device count: its configurations one after the other
+        groups = {}
+        for job in jobs:
+            groups.setdefault(job[2], []).append(job[:2])
+        for devices, cases in groups.items():
+            runs += _worker(*cases[0], devices, m, overhead=False, also=cases[1:])
+    else:
+        for stencil, size, devices in jobs:
+            runs += _worker(stencil, size, devices, m, overhead=False)
     for devices in overheads:
-        runs.append(_worker("heat1d", 2**22 * devices, devices, m, overhead=True))
+        runs += _worker("heat1d", 2**22 * devices, devices, m, overhead=True)
     return {"mode": mode, "runs": runs}
 
 
-def _worker(stencil, size, devices, m, overhead) -> dict:
+def _worker(stencil, size, devices, m, overhead, also=()) -> list[dict]:
+    """One worker process: ``stencil`` at ``size``, then each (stencil, size) of ``also``."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--devices", str(devices),
            "--stencil", stencil, "--size", str(size), "--ks", m["ks"] if not overhead else "1",
            "--steps", str(m["steps"]), "--repeats", str(m["repeats"])]  # fmt: skip
     cmd += ["--overhead"] if overhead else []
+    cmd += [f"--also={s}:{n}" for s, n in also]
     cmd += ["--platform", m.get("platform", "cpu")]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     if p.returncode != 0:
-        return {"stencil": stencil, "size": size, "devices": devices, "error": p.stderr[-2000:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+        return [{"stencil": s, "size": n, "devices": devices, "error": p.stderr[-2000:]}
+                for s, n in [(stencil, size), *also]]  # fmt: skip
+    return [json.loads(line) for line in p.stdout.strip().splitlines()[-1 - len(also) :]]
 
 
 def main(argv=None) -> None:
@@ -216,6 +232,13 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="STENCIL:SIZE",
+        help="worker: another configuration, run after the first in this process",
+    )
     ap.add_argument(
         "--platform",
         choices=("cpu", "gpu"),

@@ -92,7 +92,15 @@ def machine_gpu() -> dict:
     return rec
 
 
-def worker(a) -> dict:
+def worker(a) -> list[dict]:
+    """Each configuration, ``--stencil``/``--size``/``--forms`` then each ``--also``, in this
+    process: one JSON line each."""
+    cases = [(a.stencil, a.size, a.forms)]
+    cases += [(s, int(n), forms) for s, n, forms in (x.split(":", 2) for x in a.also)]
+    return [one_case(a, *case) for case in cases]
+
+
+def one_case(a, stencil: str, size: int, forms: str) -> dict:
     os.environ["JAX_PLATFORMS"] = "cuda" if a.platform == "gpu" else "cpu"
     if a.platform == "cpu":
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"
@@ -106,8 +114,8 @@ def worker(a) -> dict:
     from pgas.loop.plan import plan
     from pgas.references import explicit
 
-    heat = a.stencil == "heat1d"
-    case = example_case(a.stencil, a.size, a.devices)
+    heat = stencil == "heat1d"
+    case = example_case(stencil, size, a.devices)
     step, kernel, region, mesh, make = case.step, case.kernel, case.region, case.mesh, case.make
     dtype, cells, spec = case.dtype, case.cells, PartitionSpec(*mesh.axis_names)
     k_auto = plan(step, make()).steps_per_exchange
@@ -169,10 +177,10 @@ def worker(a) -> dict:
         return {"us_per_step": 1e6 * times[len(times) // 2], "us_per_step_min": 1e6 * times[0],
                 "steps_per_call": n}, state  # fmt: skip
 
-    out = {"devices": a.devices, "stencil": a.stencil, "size": a.size, "cells": cells,
+    out = {"devices": a.devices, "stencil": stencil, "size": size, "cells": cells,
            "k_auto": k_auto, "forms": {}}  # fmt: skip
     finals = {}
-    for name in a.forms.split(","):
+    for name in forms.split(","):
         f = form(name)
         if f is None:
             continue
@@ -196,23 +204,28 @@ def worker(a) -> dict:
         out["forms"]["auto"]["peak_over_block"] = auto_peak_over_block(step, make)
     out["copy_GB_per_s"] = (2 * cells * np.dtype(dtype).itemsize / (copy * 1e-6) / 1e9
                             if copy else None)  # fmt: skip
-    json.dump(out, sys.stdout)
+    print(json.dumps(out), flush=True)  # one line per configuration
     return out
 
 
-def _worker(stencil, size, devices, forms, m, platform, extra_env=None) -> dict:
+def _worker(stencil, size, devices, forms, m, platform, extra_env=None, also=()) -> list[dict]:
+    """One worker process: ``stencil`` at ``size`` (its ``forms``), then each
+    ``(stencil, size, forms)`` of ``also``."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--devices", str(devices),
            "--stencil", stencil, "--size", str(size), "--forms", forms, "--platform", platform,
            "--repeats", str(m["repeats"]), "--min-seconds", str(m["min_seconds"])]  # fmt: skip
+    cmd += [f"--also={s}:{n}:{f}" for s, n, f in also]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("XLA_FLAGS", None)
     env.update(extra_env or {})
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if p.returncode != 0:
-        return {"stencil": stencil, "size": size, "devices": devices, "error": p.stderr[-2000:]}
-    rec = json.loads(p.stdout.strip().splitlines()[-1])
-    rec.update({"xla_flags": extra_env.get("XLA_FLAGS")} if extra_env else {})
-    return rec
+        return [{"stencil": s, "size": n, "devices": devices, "error": p.stderr[-2000:]}
+                for s, n, _ in [(stencil, size, forms), *also]]  # fmt: skip
+    recs = [json.loads(line) for line in p.stdout.strip().splitlines()[-1 - len(also) :]]
+    for rec in recs:
+        rec.update({"xla_flags": extra_env.get("XLA_FLAGS")} if extra_env else {})
+    return recs
 
 
 def gpu_count(platform: str) -> int:
@@ -233,11 +246,18 @@ def sweep(mode: str, platform: str = "gpu", command_buffers: bool = False) -> di
     counts = [d for d in (1, 2, 4, 8, 16) if d <= have] if platform == "gpu" else [1]
     runs = []
     for d in counts:
-        runs += [_worker("heat1d", n, d, ",".join(HEAT_FORMS), m, platform) for n in m["heat"]]
-        runs += [_worker("life", n, d, ",".join(LIFE_FORMS), m, platform) for n in m["life"]]
+        jobs = [("heat1d", n, ",".join(HEAT_FORMS)) for n in m["heat"]]
+        jobs += [("life", n, ",".join(LIFE_FORMS)) for n in m["life"]]
+        if mode == "tiny":  # one worker per device count: its configurations one after another
+            (stencil, n, forms), rest = jobs[0], jobs[1:]
+            runs += _worker(stencil, n, d, forms, m, platform, also=rest)
+        else:
+            for stencil, n, forms in jobs:
+                runs += _worker(stencil, n, d, forms, m, platform)
     if command_buffers and platform == "gpu":
         flags = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer=+WHILE"}
-        runs += [_worker("heat1d", n, 1, "auto_k1,auto", m, platform, flags) for n in m["heat"]]
+        for n in m["heat"]:
+            runs += _worker("heat1d", n, 1, "auto_k1,auto", m, platform, flags)
     env = {}
     if platform == "gpu":
         code = "import gpu, json; print(json.dumps(gpu.machine_gpu()))"
@@ -298,6 +318,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--forms", default=",".join(HEAT_FORMS))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.05)
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="STENCIL:SIZE:FORMS",
+        help="worker: another configuration, run after the first in this process",
+    )
     ap.add_argument("--platform", choices=("gpu", "cpu"), default="gpu",
                     help="cpu: the same forms on CPU devices (to try the script)")  # fmt: skip
     ap.add_argument("--command-buffers", action="store_true",

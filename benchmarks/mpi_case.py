@@ -96,62 +96,65 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
-    dtype = np.dtype(DTYPES[a.stencil])
-    heat = a.stencil.startswith("heat")
-    out = {"processes": comm.size, "stencil": a.stencil, "results": []}
-    for size in [int(s) for s in a.sizes.split(",")]:
-        cells = size if heat else size * size
-        finals = {}
-        for backend in a.backends.split(","):
-            rec = {
-                "backend": backend,
-                "size": size,
-                "cells": cells,
-                "steps": a.steps,
-                "processes": comm.size,
-            }
-            try:
-                times = []
-                for rep in range(a.repeats + 1):  # the first run is a warm-up
-                    if backend == "mpi":
-                        import pgas
-                        import pgas.references.mpi
-
-                        _, kernel = example_stencils("heat1d" if heat else "life")
-                        if heat:
-                            res = pgas.mpi.run(kernel, init_heat, (size,), dtype, a.steps, 1,
-                                               pgas.Keep(), region=(slice(1, -1),))  # fmt: skip
-                        else:
-                            res = pgas.mpi.run(kernel, init_life, (size, size), dtype, a.steps, 1,
-                                               pgas.Periodic())  # fmt: skip
-                        sec, msgs, byts = res.seconds, res.messages_per_step, res.bytes_per_step
-                        final = res.field
-                        rec["steps_per_exchange"] = res.steps_per_exchange
-                    else:
-                        if heat:
-                            sec, m, b, _ = handwritten_heat(size, dtype, a.steps, comm)
-                        else:
-                            sec, m, b, _ = handwritten_life(size, a.steps, comm)
-                        msgs, byts = comm.allreduce(m), comm.allreduce(b)
-                        final = None
-                    if rep:
-                        times.append(sec)
-                rec.update(stats(times, cells * a.steps))
-                rec["comm"] = {
-                    "messages_per_step": msgs,
-                    "bytes_per_step": byts,
-                    "per_process_messages": msgs / comm.size,
-                    "per_process_bytes": byts / comm.size,
+    # --stencil A,B --sizes SIZES_A/SIZES_B: the stencils one after the other in this
+    # launch (--tiny), one JSON document per stencil, one line each
+    for stencil, sizes in zip(a.stencil.split(","), a.sizes.split("/"), strict=True):
+        dtype = np.dtype(DTYPES[stencil])
+        heat = stencil.startswith("heat")
+        out = {"processes": comm.size, "stencil": stencil, "results": []}
+        for size in [int(s) for s in sizes.split(",")]:
+            cells = size if heat else size * size
+            finals = {}
+            for backend in a.backends.split(","):
+                rec = {
+                    "backend": backend,
+                    "size": size,
+                    "cells": cells,
+                    "steps": a.steps,
+                    "processes": comm.size,
                 }
-                if final is not None:
-                    finals[backend] = final
-            except Exception as err:
-                rec["error"] = f"{type(err).__name__}: {err}"[:500]
-            out["results"].append(rec)
-    rss = comm.gather(peak_rss_bytes())
-    if comm.rank == 0:
-        out["peak_rss_bytes_per_process"] = rss
-        json.dump(out, sys.stdout)
+                try:
+                    times = []
+                    for rep in range(a.repeats + 1):  # the first run is a warm-up
+                        if backend == "mpi":
+                            import pgas
+                            import pgas.references.mpi
+
+                            _, kernel = example_stencils("heat1d" if heat else "life")
+                            if heat:
+                                res = pgas.mpi.run(kernel, init_heat, (size,), dtype, a.steps, 1,
+                                                   pgas.Keep(), region=(slice(1, -1),))  # fmt: skip
+                            else:
+                                res = pgas.mpi.run(kernel, init_life, (size, size), dtype, a.steps,
+                                                   1, pgas.Periodic())  # fmt: skip
+                            sec, msgs, byts = res.seconds, res.messages_per_step, res.bytes_per_step
+                            final = res.field
+                            rec["steps_per_exchange"] = res.steps_per_exchange
+                        else:
+                            if heat:
+                                sec, m, b, _ = handwritten_heat(size, dtype, a.steps, comm)
+                            else:
+                                sec, m, b, _ = handwritten_life(size, a.steps, comm)
+                            msgs, byts = comm.allreduce(m), comm.allreduce(b)
+                            final = None
+                        if rep:
+                            times.append(sec)
+                    rec.update(stats(times, cells * a.steps))
+                    rec["comm"] = {
+                        "messages_per_step": msgs,
+                        "bytes_per_step": byts,
+                        "per_process_messages": msgs / comm.size,
+                        "per_process_bytes": byts / comm.size,
+                    }
+                    if final is not None:
+                        finals[backend] = final
+                except Exception as err:
+                    rec["error"] = f"{type(err).__name__}: {err}"[:500]
+                out["results"].append(rec)
+        rss = comm.gather(peak_rss_bytes())
+        if comm.rank == 0:
+            out["peak_rss_bytes_per_process"] = rss
+            print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

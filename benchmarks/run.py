@@ -6,7 +6,9 @@
 Writes DIR/results.json, DIR/*.png and regenerates the results table of
 benchmarks/README.md (between the marker comments; not in --tiny mode or with
 --no-readme). Device counts differ per process, so every configuration runs in
-its own subprocess (JAX: XLA_FLAGS device count; MPI: mpiexec -n P).
+its own subprocess (JAX: XLA_FLAGS device count; MPI: mpiexec -n P); --tiny runs the
+stencils of one device count in one process, and its 1-worker scaling rows are the
+1-device throughput runs'.
 The deep-halo sweep (benchmarks/deep_halo.py) runs last, under the key "deep_halo".
 """
 
@@ -60,28 +62,33 @@ MODES = {
 }
 
 
-def sh(cmd: list[str], timeout: float) -> dict:
+def sh(cmd: list[str], timeout: float, count: int = 1) -> list[dict]:
+    """Run a worker; its last ``count`` lines of output, one JSON document each (their
+    ``wall_seconds``: the whole run's)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("XLA_FLAGS", None)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if p.returncode != 0:
-        return {"error": p.stderr[-2000:], "cmd": " ".join(cmd), "results": []}
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    out["wall_seconds"] = time.perf_counter() - t
-    return out
+        return [{"error": p.stderr[-2000:], "cmd": " ".join(cmd), "results": []}
+                for _ in range(count)]  # fmt: skip
+    docs = [json.loads(line) for line in p.stdout.strip().splitlines()[-count:]]
+    for out in docs:
+        out["wall_seconds"] = time.perf_counter() - t
+    return docs
 
 
-def jax_case(devices, stencil, sizes, backends, m, details=True):
+def jax_case(devices, stencils, sizes, backends, m, details=True) -> list[dict]:
+    """cases.py on ``devices`` devices: one process for ``stencils``, each at its ``sizes``."""
     cmd = [
         sys.executable,
         os.path.join(HERE, "cases.py"),
         "--devices",
         str(devices),
         "--stencil",
-        stencil,
+        ",".join(stencils),
         "--sizes",
-        ",".join(map(str, sizes)),
+        "/".join(",".join(map(str, s)) for s in sizes),
         "--backends",
         backends,
         "--steps",
@@ -89,10 +96,11 @@ def jax_case(devices, stencil, sizes, backends, m, details=True):
         "--repeats",
         str(m["repeats"]),
     ] + (["--details"] if details else [])
-    return sh(cmd, 1800)
+    return sh(cmd, 1800, len(stencils))
 
 
-def mpi_case(procs, stencil, sizes, m):
+def mpi_case(procs, stencils, sizes, m) -> list[dict]:
+    """mpi_case.py under ``mpiexec -n procs``: one launch for ``stencils``, each at ``sizes``."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     cmd = [
         mpiexec,
@@ -101,15 +109,15 @@ def mpi_case(procs, stencil, sizes, m):
         sys.executable,
         os.path.join(HERE, "mpi_case.py"),
         "--stencil",
-        stencil,
+        ",".join(stencils),
         "--sizes",
-        ",".join(map(str, sizes)),
+        "/".join(",".join(map(str, s)) for s in sizes),
         "--steps",
         str(m["steps"]),
         "--repeats",
         str(m["repeats"]),
     ]
-    return sh(cmd, 1800)
+    return sh(cmd, 1800, len(stencils))
 
 
 def cells_of(stencil, size):
@@ -191,24 +199,44 @@ def main(argv=None) -> dict:
         return rec
 
     # 2. throughput, one device / one process, all backends (--tiny: the details, comm report,
-    # memory and compile of each backend, only on 2 devices, in the scaling runs below)
-    for s in DTYPES:
-        sizes = m[s.split("_")[0].replace("1d", "")]
+    # memory and compile of each backend, only on 2 devices, in the scaling runs below; the
+    # three stencils in one process, and in one launch of mpiexec, heat1d_f32 also at the
+    # sizes of the 1-worker scaling runs, which use these runs)
+    names = list(DTYPES)
+    sizes = [m[s.split("_")[0].replace("1d", "")] for s in names]
+    pairs = list(zip(names, sizes))
+    if mode == "tiny":
+        run_sizes = [sorted({*n, m["strong"], m["weak"]}) if s == "heat1d_f32" else n
+                     for s, n in pairs]  # fmt: skip
+        one = jax_case(1, names, run_sizes, "auto,explicit,naive,numpy", m, details=False)
+        one_mpi = mpi_case(1, names, run_sizes, m)
+    else:
+        one = [jax_case(1, [s], [n], "auto,explicit,naive,numpy", m)[0] for s, n in pairs]
+        one_mpi = [mpi_case(1, [s], [n], m)[0] for s, n in pairs]
+    first = {}  # stencil -> (its JAX run, its MPI run) on one worker
+    for (s, n), r, r_mpi in zip(pairs, one, one_mpi):
+        first[s] = (r, r_mpi)
         rows = []
-        r = jax_case(1, s, sizes, "auto,explicit,naive,numpy", m, details=mode != "tiny")
-        res["runs"].append({k: v for k, v in r.items() if k != "results"})
-        rows += r["results"]
-        r = mpi_case(1, s, sizes, m)
-        res["runs"].append({k: v for k, v in r.items() if k != "results"})
-        rows += r["results"]
+        for run in (r, r_mpi):
+            res["runs"].append({k: v for k, v in run.items() if k != "results"})
+            rows += [x for x in run["results"] if x["size"] in n]
         res["throughput"][s] = [annotate(x, s) for x in rows]
+
+    def reused(run, sizes, backends=None) -> dict | None:
+        """--tiny: the throughput run above when it has these sizes (1 worker), not run again."""
+        if mode != "tiny" or sorted({x["size"] for x in run["results"]}) != sizes:
+            return None
+        keep = [dict(x) for x in run["results"] if backends is None or x["backend"] in backends]
+        return dict(run, results=keep)
 
     # 3. scaling (heat1d float32): strong at a fixed size, weak at a fixed size per worker
     s = "heat1d_f32"
     for d in m["devices"]:
         sizes = sorted({m["strong"], m["weak"] * d})
-        r = jax_case(d, s, sizes, "auto,explicit,naive", m, details=d > 1)
-        res["runs"].append({k: v for k, v in r.items() if k != "results"})
+        r = reused(first[s][0], sizes, {"auto", "explicit", "naive"}) if d == 1 else None
+        if r is None:
+            r = jax_case(d, [s], [sizes], "auto,explicit,naive", m, details=d > 1)[0]
+            res["runs"].append({k: v for k, v in r.items() if k != "results"})
         for x in r["results"]:
             x["workers"] = d
             if x["size"] == m["strong"]:
@@ -217,8 +245,10 @@ def main(argv=None) -> dict:
                 res["scaling"]["weak"].append(annotate(dict(x), s))
     for p in m["procs"]:
         sizes = sorted({m["strong"], m["weak"] * p})
-        r = mpi_case(p, s, sizes, m)
-        res["runs"].append({k: v for k, v in r.items() if k != "results"})
+        r = reused(first[s][1], sizes) if p == 1 else None
+        if r is None:
+            r = mpi_case(p, [s], [sizes], m)[0]
+            res["runs"].append({k: v for k, v in r.items() if k != "results"})
         for x in r["results"]:
             x["workers"] = p
             x["peak_rss_bytes_per_process"] = r.get("peak_rss_bytes_per_process")

@@ -1,10 +1,11 @@
-"""Run an example twice in this process, tiny then at a given size, and print the peaks.
+"""Run an example twice in this process, a first run then a second, and print the peaks.
 
-    python peak_above.py path/to/example.py TINY_OPTIONS -- OPTIONS
+    python peak_above.py path/to/example.py FIRST_OPTIONS -- SECOND_OPTIONS
 
-The tiny run pays for what does not depend on the size (JAX, the imports, gloo, compiled
-programs); the last stderr line is ``PEAK_ABOVE <process> <kB after tiny> <kB after both>``
-(``VmHWM``; the process is the launcher's rank, ``PMI_RANK`` under mpiexec).
+The first run pays for what the second does not add (JAX, the imports, gloo, compiled
+programs: a tiny case; or the same case with fewer snapshots); the last stderr line is
+``PEAK_ABOVE <process> <kB after the first> <kB after both>`` (``VmHWM``; the process is
+the launcher's rank, ``PMI_RANK`` under mpiexec).
 """
 
 import os
@@ -22,10 +23,10 @@ def main() -> None:
     cut = rest.index("--")
     example = runpy.run_path(script, run_name="example")
     example["main"](rest[:cut])
-    tiny = hwm_kb()
+    first = hwm_kb()
     example["main"](rest[cut + 1 :])
     rank = os.environ.get("PMI_RANK", "0")
-    print(f"PEAK_ABOVE {rank} {tiny} {hwm_kb()}", file=sys.stderr, flush=True)
+    print(f"PEAK_ABOVE {rank} {first} {hwm_kb()}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

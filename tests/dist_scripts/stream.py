@@ -2,7 +2,7 @@
 
     mpiexec -n P python stream.py OUT.zarr --n N --every K --snapshots S
         [--also OUT2.nc] [--dtype float32] [--backend auto|mpi] [--comm] [--ckpt DIR --ckpt-every C
-        [--sleep-after M] [--restart]] [--stats FILE]
+        [--sleep-after M] [--restart]] [--stats FILE] [-- OUT.zarr ... (another run)]
 
 Writes S snapshots (steps 0, K, ..., (S-1)*K) of the heat step of tests/stencils.py
 through pgas.snapshots.SnapshotWriter, `pgas.run` computing K steps between writes
@@ -14,6 +14,8 @@ With --ckpt a checkpoint is saved every C steps after the write of that step;
 the job); --restart continues from the checkpoint and appends to the store.
 --stats FILE: every process writes its peak RSS (KiB) and the peak of memory
 NumPy allocated while streaming (tracemalloc, bytes) to FILE.<rank>.json.
+Runs separated by ``--`` run one after the other in the same processes (one launch); the
+peak RSS of each is then the peak so far.
 """
 
 from __future__ import annotations
@@ -155,14 +157,18 @@ def after_write(args, s, start, rank, save) -> None:
 def main(argv=None) -> int:
     from pgas.references.mpi import abort_on_error
 
-    args = parse(argv)
-    with abort_on_error():  # one failing process ends the launch instead of hanging it
-        rank, size = (run_mpi if args.backend == "mpi" else run_auto)(args)
-    if args.stats:
-        peak = tracemalloc.get_traced_memory()[1]
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        with open(f"{args.stats}.{rank}.json", "w") as f:
-            json.dump({"rank": rank, "size": size, "rss_kib": rss, "traced_peak": peak}, f)
+    argv = sys.argv[1:] if argv is None else argv
+    cuts = [-1] + [i for i, a in enumerate(argv) if a == "--"] + [len(argv)]
+    for lo, hi in zip(cuts, cuts[1:]):  # each run in turn
+        args = parse(argv[lo + 1 : hi])
+        with abort_on_error():  # one failing process ends the launch instead of hanging it
+            rank, size = (run_mpi if args.backend == "mpi" else run_auto)(args)
+        if args.stats:
+            peak = tracemalloc.get_traced_memory()[1]
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            with open(f"{args.stats}.{rank}.json", "w") as f:
+                json.dump({"rank": rank, "size": size, "rss_kib": rss, "traced_peak": peak}, f)
+        tracemalloc.stop()  # the next run's NumPy peak is its own
     if rank == 0:
         print("DONE", flush=True)
     return 0

@@ -71,6 +71,16 @@ def _mpiexec(n: int, script: Path, *args: str, timeout: float = 120, **env: str)
 
 
 # ---- multi-process runs equal the single-process run ------------------------------------
+@pytest.fixture(scope="module")
+def heat_single(tmp_path_factory) -> tuple[Path, dict]:
+    """heat1d on 1 device in this process, a snapshot every 10 steps: its store and its JSON
+    (the run both heat1d stores below are compared with)."""
+    single = tmp_path_factory.mktemp("heat1d") / "single.zarr"
+    one = H.main([*HEAT_ARGS, "--devices", "1", "--json", "--quiet", "--out", str(single),
+                  "--snapshot-every", "10"])  # fmt: skip
+    return single, one
+
+
 def _same_store(single: Path, multi: Path, var: str, steps: int) -> None:
     """Two snapshot stores hold the same times and, snapshot by snapshot, bitwise the same field."""
     with xr.open_zarr(single) as a, xr.open_zarr(multi) as b:
@@ -86,7 +96,7 @@ def _same_store(single: Path, multi: Path, var: str, steps: int) -> None:
 @needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.parametrize("example", ["heat1d", "life"])
-def test_mpiexec_run_equals_single_process(example, tmp_path):
+def test_mpiexec_run_equals_single_process(example, tmp_path, request):
     """Every one of 4 processes writes its own blocks of each snapshot into one .zarr store:
     the store equals a single-process run's, snapshot by snapshot and bitwise (2 processes
     write one store in the restart, memory and checkpoint tests below).
@@ -96,14 +106,21 @@ def test_mpiexec_run_equals_single_process(example, tmp_path):
     go to stderr); life, found under mpiexec without the flag, adds ``--verbose``: one line
     from process 0."""
     n = 4
+    # heat1d: k = 10, a group per snapshot (auto's 16 on blocks of 250 is more than the 10
+    # steps between snapshots: every process would compile its group and never run it)
+    heat_extra = ["--distributed", "--steps-per-exchange", "10"]
     main, script, args, ref, var, extra = {
-        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u", ["--distributed"]),
+        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u", heat_extra),
         "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board", ["--verbose"]),
     }[example]
     steps = int(args[args.index("--steps") + 1])
-    single, multi = tmp_path / "single.zarr", tmp_path / f"{example}.zarr"
-    one = main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),
-                "--snapshot-every", "10"])  # fmt: skip
+    multi = tmp_path / f"{example}.zarr"
+    if example == "heat1d":
+        single, one = request.getfixturevalue("heat_single")
+    else:
+        single = tmp_path / "single.zarr"
+        one = main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),
+                    "--snapshot-every", "10"])  # fmt: skip
     assert one["checksum"] == checksum(ref())
     r = _mpiexec(n, script, *args, "--json", "--quiet", "--out", str(multi), "--snapshot-every",
                  "10", *extra)  # fmt: skip
@@ -127,12 +144,10 @@ def test_mpiexec_run_equals_single_process(example, tmp_path):
 
 @needs_mpiexec
 @pytest.mark.slow
-def test_mpi_backend_unequal_blocks_write_one_store(tmp_path, capsys):
+def test_mpi_backend_unequal_blocks_write_one_store(tmp_path, heat_single):
     """mpiexec -n 3 --backend mpi: 1001 cells in blocks of 334, 334 and 333 (chunks of 334
     straddle two blocks: the writers lock them); the store equals the single-process run's."""
-    single, multi = tmp_path / "single.zarr", tmp_path / "mpi.zarr"
-    H.main([*HEAT_ARGS, "--devices", "1", "--quiet", "--out", str(single),
-            "--snapshot-every", "10"])  # fmt: skip
+    single, multi = heat_single[0], tmp_path / "mpi.zarr"
     r = _mpiexec(3, HEAT, *HEAT_ARGS, "--backend", "mpi", "--quiet", "--json", "--out",
                  str(multi), "--snapshot-every", "10")  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -146,28 +161,28 @@ def test_mpi_backend_unequal_blocks_write_one_store(tmp_path, capsys):
 @pytest.mark.slow
 def test_peak_memory_does_not_grow_with_snapshots(tmp_path):
     """mpiexec -n 2, heat on 8_000_003 float32 cells (a 32 MB field, 16 MB blocks) streamed to
-    .zarr with 3 and with 17 snapshots: every process's peak RSS grows by less than three fields
-    (stacking the 14 extra snapshots in memory, as before, would add 448 MB). Measured peaks
-    vary by up to about 50 MB from run to run (allocator, threads), with no trend: 820, 873
-    and 836 MB on process 0 for 33, 17 and 3 snapshots."""
-    script = (Path(__file__).resolve().parents[1] / "dist_scripts") / "peak_rss.py"
+    .zarr with 3, then in the same processes with 17 snapshots: every process's peak RSS grows
+    by less than three fields over the first run's (stacking the 14 extra snapshots in memory,
+    as before, would add 448 MB). Measured peaks vary by up to about 50 MB from run to run
+    (allocator, threads), with no trend: 820, 873 and 836 MB on process 0 for 33, 17 and 3
+    snapshots, each in a process of its own."""
+    script = (Path(__file__).resolve().parents[1] / "dist_scripts") / "peak_above.py"
     field = 8_000_003 * 4 // 1024  # kB
-    peaks = {}
+    # k = 2: the double-buffered loop, in groups that fit between snapshots (auto, 16, is
+    # more than 2 steps: every process would compile its group and never run it)
+    runs = [["--n", "8_000_003", "--steps", "32", "--quiet", "--snapshot-every", str(every),
+             "--out", str(tmp_path / f"{every}.zarr"), "--steps-per-exchange", "2"]
+            for every in (16, 2)]  # fmt: skip
+    r = _mpiexec(2, script, str(HEAT), *runs[0], "--", *runs[1], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = re.findall(r"PEAK_ABOVE (\d+) (\d+) (\d+)", r.stderr)  # ranks' lines may interleave
+    peaks = {int(rank): (int(first), int(both)) for rank, first, both in rows}
+    assert sorted(peaks) == [0, 1], r.stderr[-3000:]
+    for rank, (first, both) in peaks.items():
+        assert both - first < 3 * field, (rank, peaks, field)
     for every in (16, 2):
-        out = tmp_path / f"{every}.zarr"
-        # k = 2: the double-buffered loop, in groups that fit between snapshots (auto, 16, is
-        # more than 2 steps: every process would compile its group and never run it)
-        r = _mpiexec(2, script, str(HEAT), "--n", "8_000_003", "--steps", "32", "--quiet",
-                     "--snapshot-every", str(every), "--out", str(out),
-                     "--steps-per-exchange", "2")  # fmt: skip
-        assert r.returncode == 0, r.stderr[-3000:]
-        rows = re.findall(r"PEAK_RSS (\d+) (\d+)", r.stderr)  # lines of ranks may interleave
-        peaks[every] = {int(rank): int(kb) for rank, kb in rows}
-        with xr.open_zarr(out) as ds:
+        with xr.open_zarr(tmp_path / f"{every}.zarr") as ds:
             assert ds.sizes["time"] == 32 // every + 1
-    assert sorted(peaks[2]) == sorted(peaks[16]) == [0, 1]
-    for rank in (0, 1):
-        assert peaks[2][rank] - peaks[16][rank] < 3 * field, (peaks, field)
 
 
 @needs_mpiexec
@@ -215,10 +230,12 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
     final field equals an uninterrupted run."""
     ck, out, log = tmp_path / "heat.ckpt", tmp_path / "heat.zarr", tmp_path / "run.log"
     stop = (Path(__file__).resolve().parents[1] / "dist_scripts") / "stop_after_checkpoint.py"
-    # checkpoints at steps 0 (before the store is created), 10 and 20: stop after the third
+    # checkpoints at steps 0 (before the store is created), 10 and 20: stop after the third;
+    # k = 10, a group per chunk (auto's 16 is more than a chunk: compiled, never run)
+    k = ["--steps-per-exchange", "10"]
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(stop), "3", str(HEAT), *HEAT_ARGS, "--json",
            "--quiet", "--checkpoint-every", "10", "--restart", "--checkpoint", str(ck),
-           "--out", str(out), "--snapshot-every", "10"]  # fmt: skip
+           "--out", str(out), "--snapshot-every", "10", *k]  # fmt: skip
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=_env(),
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
@@ -243,7 +260,7 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
 
     H.main([*HEAT_ARGS, "--devices", "3", "--json", "--quiet", "--checkpoint-every", "10",
             "--restart", "--checkpoint", str(ck), "--out", str(out),
-            "--snapshot-every", "10"])  # fmt: skip
+            "--snapshot-every", "10", *k])  # fmt: skip
     captured = capsys.readouterr()
     d = last_json(captured.out)
     assert "restart: from step 20" in captured.err

@@ -1,9 +1,10 @@
-"""The examples' Slurm job scripts on a real (local) Slurm: 2 nodes x 2 tasks.
+"""The examples' Slurm job scripts on a real (local) Slurm: 2 nodes x 2 tasks, and 2 x 1.
 
 Starts scripts/local-slurm (tests/slurm_cluster.py), submits
 examples/heat1d/heat1d.sbatch, examples/life/life.sbatch and
 examples/cavity/cavity.sbatch from the repository root with small sizes (the
-scripts' environment overrides; cavity on 2 nodes x 1 task), checks the JSON line in
+scripts' environment overrides; life on the scripts' 2 nodes x 2 tasks, heat1d and cavity
+on 2 nodes x 1 task), checks the JSON line in
 each job's output file and the written .nc against the single-process result (heat1d
 and life: NumPy, bitwise; cavity: the example in this process on the same 2 x 1 mesh,
 to 1e-12),
@@ -92,17 +93,23 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     env = _job_env(cluster, out, HEAT1D_N="1001", HEAT1D_STEPS="60",
                    HEAT1D_CHECKPOINT_EVERY="20", HEAT1D_SNAPSHOT_EVERY="10",
                    LIFE_SIZE="37x50", LIFE_STEPS="30", LIFE_CHECKPOINT_EVERY="10",
-                   LIFE_SNAPSHOT_EVERY="5", CAVITY_N="17", CAVITY_RE="100",
+                   LIFE_SNAPSHOT_EVERY="5", CAVITY_N="9", CAVITY_RE="100",
                    CAVITY_MAX_STEPS="6", CAVITY_CHECKPOINT_EVERY="6",
                    CAVITY_DEVICES="1")  # fmt: skip
     t0 = time.monotonic()
     jobs = {}
-    # cavity on 2 nodes x 1 task (sbatch's option over the script's 2 tasks per node): a
-    # multigrid solve compiles in every process, and two cross the nodes as four do
+    # heat1d and cavity on 2 nodes x 1 task (sbatch's option over the script's 2 tasks per
+    # node): every process compiles (a multigrid solve for cavity), and two cross the nodes as
+    # four do; life keeps the scripts' 2 x 2 (4 processes)
+    # (k: a group per snapshot; auto's, 16 and 8, is more than the steps between snapshots:
+    # every process would compile its group and never run it)
+    one_per_node = ("--ntasks-per-node=1",)
+    heat_args = ("--seed", "3", "--steps-per-exchange", "10")
+    life_args = ("--density", "0.4", "--seed", "9", "--steps-per-exchange", "5")
     for name, script, extra, tasks in (
-        ("heat1d", "examples/heat1d/heat1d.sbatch", ("--seed", "3"), ()),
-        ("life", "examples/life/life.sbatch", ("--density", "0.4", "--seed", "9"), ()),
-        ("cavity", "examples/cavity/cavity.sbatch", CAVITY_ARGS, ("--ntasks-per-node=1",)),
+        ("heat1d", "examples/heat1d/heat1d.sbatch", heat_args, one_per_node),
+        ("life", "examples/life/life.sbatch", life_args, ()),
+        ("cavity", "examples/cavity/cavity.sbatch", CAVITY_ARGS, one_per_node),
     ):
         log = tmp_path / f"{name}.out"
         job = slurm_cluster.submit(ROOT / script, env, cwd=ROOT,
@@ -110,7 +117,7 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
         jobs[name] = (job, log)
     # while they run: the cavity example in this process on 2 devices (mesh 2 x 1)
     one = tmp_path / "one.nc"
-    single = C.main(["--n", "17", "--re", "100", "--max-steps", "6", *CAVITY_ARGS, "--json",
+    single = C.main(["--n", "9", "--re", "100", "--max-steps", "6", *CAVITY_ARGS, "--json",
                      "--devices", "2", "--platform", "cpu", "--out", str(one)])  # fmt: skip
     for name, (job, log) in jobs.items():
         state = slurm_cluster.wait_job(job, 180, env)
@@ -125,14 +132,14 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     for _ in range(30):
         board = L.patterns.life_step_numpy(board)
     expected = {"heat1d": checksum(heat0), "life": checksum(board)}
-    for name in ("heat1d", "life"):
+    for name, processes in (("heat1d", 2), ("life", 4)):
         job, log = jobs[name]
         (d,) = _results(log)
-        assert d["processes"] == 4 and d["devices"] == 4, d
+        assert d["processes"] == processes and d["devices"] == processes, d
         assert d["checksum"] == expected[name], name
         assert d["start_step"] == 0 and d["checkpoint"] == f"{out}/{name}.ckpt"
         with xr.open_dataset(out / f"{name}.nc") as ds:
-            assert ds.attrs["processes"] == 4
+            assert ds.attrs["processes"] == processes
             assert checksum(ds[list(ds.data_vars)[0]].values[-1]) == expected[name]
         assert (out / f"{name}.ckpt" / "LATEST").exists()
 

@@ -143,7 +143,7 @@ def test_bad_arguments(tmp_path):
 def test_sigkill_then_restart_with_other_process_counts(tmp_path):
     """2 processes checkpoint every 10 steps and are SIGKILLed after step 20; restarts on
     1 process (8 devices, in this process) and on 4 processes equal an uninterrupted run."""
-    steps, ck, log = 60, tmp_path / "ck", tmp_path / "run.log"
+    steps, ck, log = 30, tmp_path / "ck", tmp_path / "run.log"
     cmd = [str(common.MPIEXEC), "-n", "2", sys.executable, str(common.SIMULATE),
            str(tmp_path / "never.npz"), "--steps", str(steps), "--ckpt", str(ck), "--every", "10",
            "--sleep-after", "2"]  # fmt: skip
@@ -160,13 +160,19 @@ def test_sigkill_then_restart_with_other_process_counts(tmp_path):
     assert state["heat"].to_numpy().tobytes() == heat.tobytes()
     np.testing.assert_array_equal(state["life"].to_numpy(), life)
 
-    # restart on 4 processes
+    # restart on 4 processes (Life on a 2x2 mesh); also the start-up checks of
+    # tests/runtime/test_distributed.py's 2-process run, for 4
     out = tmp_path / "restart4.npz"
     r = common.mpiexec(4, str(common.SIMULATE), str(out), "--steps", str(steps), "--ckpt",
                        str(ck), "--every", "10", "--restart", timeout=180)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "RESTART from step 20 on 4 process(es)" in r.stdout
+    assert "pgas: 4 process(es), 4 device(s)" in r.stdout  # verbose=True on process 0
+    assert r.stdout.count("pgas: ") == 1  # printed once
     res = np.load(out)
+    assert int(res["processes"]) == 4 and int(res["devices"]) == 4
+    assert str(res["method"]) == "mpi4py"
+    assert res["heat"].dtype == np.float32 and res["life"].dtype == np.uint8
     assert res["heat"].tobytes() == heat.tobytes()
     np.testing.assert_array_equal(res["life"], life)
     assert checkpoint.latest(ck) == steps
