@@ -52,8 +52,12 @@ def test_int_float_len_as_numpy():
             convert(u[1:-1])
 
 
-OPS = [operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
-       operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne]  # fmt: skip
+# every operator of a View is the same _binary wrapper (pgas/globalview/view.py): one of each
+# kind of promotion, each on either side: a commutative one, ordered ones (a swapped order would
+# show in the values), true division (integers to floats), a power (an integer power), an
+# ordering comparison (reflected: 0.5 < u is u > 0.5) and equality (bool results)
+OPS = [operator.add, operator.sub, operator.truediv, operator.pow, operator.lt,
+       operator.eq]  # fmt: skip
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda f: f.__name__)

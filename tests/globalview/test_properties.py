@@ -24,7 +24,7 @@ def problems(draw):
     return names, mesh_shape, shape, h, bc, draw(st.integers(0, 2**31 - 1))
 
 
-@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.data())
 def test_window_update_matches_numpy(problem, data):
     names, mesh_shape, shape, h, bc, seed = problem
@@ -52,7 +52,7 @@ def test_window_update_matches_numpy(problem, data):
     np.testing.assert_array_equal(jax.jit(update)(u).to_numpy(), ref)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.data())
 def test_shift_matches_np_pad(problem, data):
     names, mesh_shape, shape, h, bc, seed = problem
@@ -85,7 +85,7 @@ def stencils(draw):
     return names, mesh_shape, shape, h, bc, seed, taps, k, steps
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stencils())
 def test_random_stencil_run_matches_numpy(case):
     """pgas.run of a random stencil (random shape, mesh, boundary, halo, k, steps) equals the

@@ -87,9 +87,6 @@ def box_3d(u):
     return u
 
 
-BOUNDARIES = [pgas.Periodic(), pgas.Dirichlet(0.5), pgas.Neumann(), pgas.Keep()]
-
-
 # ---- structure ----------------------------------------------------------------------------
 def test_a_shifted_expression_is_computed_from_moved_windows():
     shapes = []
@@ -121,11 +118,16 @@ def test_separable_life_compiles_to_nine_moved_reads():
 
 
 # ---- values -------------------------------------------------------------------------------
-# every boundary kind at an even k (nested_1d: 8, lowered to 4) and an odd one (windows_1d: 3;
-# 8 is lowered to 3 there, the same program)
-@pytest.mark.parametrize("bc", BOUNDARIES, ids=lambda b: type(b).__name__)
-@pytest.mark.parametrize("step, ks", [(nested_1d, (1, 8)), (windows_1d, (1, 3))],
-                         ids=["nested_1d", "windows_1d"])  # fmt: skip
+# every boundary kind on the uneven 1-D split, two at an even k (nested_1d: 8, lowered to 4)
+# and two at an odd one (windows_1d: 3; 8 is lowered to 3 there, the same program); each kind
+# meets the other parity on the 2-D meshes below (mixed_2d: all four kinds at k = 3 and 4)
+@pytest.mark.parametrize("step, ks, bc", [
+    (nested_1d, (1, 8), pgas.Periodic()),
+    (nested_1d, (1, 8), pgas.Keep()),
+    (windows_1d, (1, 3), pgas.Dirichlet(0.5)),
+    (windows_1d, (1, 3), pgas.Neumann()),
+], ids=["nested_1d-Periodic", "nested_1d-Keep", "windows_1d-Dirichlet",
+        "windows_1d-Neumann"])  # fmt: skip
 def test_1d_uneven_every_boundary(step, ks, bc):
     x0 = np.random.default_rng(1).random(37).astype(np.float32)  # 37 cells on 4 devices
     mesh = pgas.make_mesh(("x",), devices=4)

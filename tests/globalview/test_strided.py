@@ -40,7 +40,7 @@ def strided(draw):
     return mesh, tuple(shape), tuple(key), draw(st.sampled_from(BCS)), draw(st.integers(0, 99))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=7, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strided())
 def test_strided_reads_and_writes_match_numpy(case):
     mesh_shape, shape, key, bc, seed = case

@@ -28,10 +28,12 @@ def test_cg_of_a_user_operator_is_the_dense_solution_with_the_same_bits_on_every
     x0[0, :], x0[:, -1] = 1.0, -0.5  # boundary values on the Keep faces
     want = ref.solve(b, ("keep", "keep"), 1.0, None, x0)
     seen = []
-    for devices in (1, 3, 4):
+    # an uneven split (17 rows on 3 devices), then a 2 x 2 mesh; the first also checks that
+    # the operator is symmetric before iterating (check=True, the default)
+    for devices, check in ((3, True), (4, False)):
         mesh = pgas.make_mesh(("y", "x"), devices=devices)
         f = lambda a: pgas.from_numpy(a, mesh, boundary=pgas.Keep())  # noqa: E731
-        sol = pgas.solvers.cg(five_point, f(b), f(x0), tol=1e-10)
+        sol = pgas.solvers.cg(five_point, f(b), f(x0), tol=1e-10, check=check)
         assert bool(sol.converged) and float(sol.residual) <= 1e-10
         seen.append((sol.x.to_numpy(), int(sol.iterations)))
     np.testing.assert_allclose(seen[0][0], want, atol=1e-9 * abs(want).max())

@@ -60,14 +60,17 @@ def check_solve(kinds, shape, devices, coefficient, fmg=False):
 
 # the most V-cycles to 1e-9 from a random right-hand side: weighted Jacobi smooths by a factor
 # of about 0.23 per V(2, 2) cycle in 2-D and 0.3 in 3-D (docs/solvers.rst). Each grid keeps
-# split levels above replicated ones on its mesh: 3-D Keep faces with a coefficient; periodic
-# and Neumann (the null space) with a coefficient, split unevenly on 3 devices; Neumann and Keep
-# by full multigrid on 2 devices ((8, 9) and (4, 5) split, (2, 3) replicated). Keep faces
-# without a coefficient on a 2 x 2 mesh, on two grids: the test below.
+# split levels above replicated ones on its mesh: 3-D Keep faces with a coefficient (5 x 5 x 5
+# split, 3 x 3 x 3 replicated); periodic and Neumann (the null space) with a coefficient, split
+# unevenly on 3 devices ((16, 12) and (8, 6) split, (4, 3) replicated); Neumann and Keep by full
+# multigrid on 2 devices ((4, 5) split, (2, 3) replicated). Keep faces without a coefficient on
+# a 2 x 2 mesh, on two grids with two and three split levels: the test below. The small grids
+# compile smaller programs (a program per level); split-to-split transfers of every grid kind
+# meet NumPy in tests/solvers/test_cycle.py too.
 @pytest.mark.parametrize("kinds, shape, devices, coefficient, fmg, most", [
-    (("keep", "keep", "keep"), (9, 9, 9), 2, True, False, 18),
+    (("keep", "keep", "keep"), (5, 5, 5), 2, True, False, 18),
     (("periodic", "neumann"), (16, 12), 3, True, False, 15),
-    (("neumann", "keep"), (8, 9), 2, False, True, 15),
+    (("neumann", "keep"), (4, 5), 2, False, True, 15),
 ])  # fmt: skip
 def test_multigrid_solves_as_numpy_does(kinds, shape, devices, coefficient, fmg, most):
     assert check_solve(kinds, shape, devices, coefficient, fmg) <= most
