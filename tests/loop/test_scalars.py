@@ -20,7 +20,8 @@ def cg_state(b: np.ndarray, mesh):
             "rr": jnp.asarray((r * r).sum())}  # fmt: skip
 
 
-@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))])
+# 1 device and 2x2 (both axes split unevenly: the paths a 1x3 split took, on each axis)
+@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (4, (2, 2))])
 def test_cg_with_scalars_in_the_state_matches_numpy(devices, shape):
     b = np.random.default_rng(23).random((13, 11))  # uneven over every mesh
     mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)

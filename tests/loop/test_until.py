@@ -36,8 +36,9 @@ def test_jacobi_until_converged_matches_numpy_bitwise(devices, shape):
     want, steps = jacobi_numpy(f, 8, 2000)
     assert out.converged and out.finite and out.steps_taken == steps and steps % 8 == 0
     np.testing.assert_array_equal(out.state.to_numpy(), want)
-    again = pgas.run(jacobi, field(np.zeros_like(f), mesh), steps, params=field(f, mesh))
-    np.testing.assert_array_equal(again.to_numpy(), want)  # bitwise pgas.run for steps_taken
+    if devices == 4:  # pgas.run for steps_taken, bitwise (on the 2-D uneven mesh: one program)
+        again = pgas.run(jacobi, field(np.zeros_like(f), mesh), steps, params=field(f, mesh))
+        np.testing.assert_array_equal(again.to_numpy(), want)
 
 
 def test_auto_check_every_and_max_steps_reached_warns():
@@ -122,7 +123,8 @@ def test_same_code_compares_values_only_where_they_cannot_change():
     assert SameCode(f) == SameCode(f)
 
 
-@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2))])
+# 1 device and 2x2 (both axes split unevenly: the paths a 1x3 split took, on each axis)
+@pytest.mark.parametrize("devices, shape", [(1, (1, 1)), (4, (2, 2))])
 def test_cg_until_converged_same_iterations_as_numpy(devices, shape):
     b = np.random.default_rng(3).random((13, 11))
     mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
