@@ -6,7 +6,9 @@ from stencils import heat3d
 import pgas
 
 
-@pytest.mark.parametrize("shape", [(16, 16, 16), (11, 13, 9)])
+# (11, 13, 9): uneven blocks on every axis (6/5, 7/6, 5/4); an even shape such as (16, 16, 16)
+# takes the same code path, so it is not run as well (each shape compiles its own programs)
+@pytest.mark.parametrize("shape", [(11, 13, 9)])
 def test_heat3d_2x2x2(shape):
     x0 = np.random.default_rng(7).random(shape).astype(np.float32)
     mesh = pgas.make_mesh(("z", "y", "x"), shape=(2, 2, 2))
