@@ -37,10 +37,6 @@ def linear_solve(matvec: Callable[[GlobalArray], GlobalArray], rhs: GlobalArray,
     >>> x.to_numpy()
     array([1., 2.])
     """
-    closed, shape = jax.make_jaxpr(solve, return_shape=True)(rhs)
-    tree = jax.tree.structure(shape)
-
-    def replay(_, r):
-        return tree.unflatten(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(r)))
-
-    return jax.lax.custom_linear_solve(matvec, rhs, replay, symmetric=True, has_aux=True)
+    traced, consts = jax.closure_convert(solve, rhs)  # one trace, replayed by both solves
+    return jax.lax.custom_linear_solve(matvec, rhs, lambda _, r: traced(r, *consts),
+                                       symmetric=True, has_aux=True)  # fmt: skip
