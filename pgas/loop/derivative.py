@@ -38,12 +38,14 @@ from collections.abc import Callable
 import jax
 
 import pgas.loop.batching  # noqa: F401  (linear_call's batching rule, registered on import)
+from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.loop import adjoint, reverse
 from pgas.loop.plan import Plan
-from pgas.loop.programs import program, reads
+from pgas.loop.plan import plan as make_plan
+from pgas.loop.programs import program, reads, sides
 
-__all__ = ["differentiable", "reverse_of", "Transposed", "compiled"]
+__all__ = ["differentiable", "reverse_of", "Transposed", "compiled", "WayBack", "way_back"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,11 +61,16 @@ class Transposed:
             (:attr:`pgas.loop.programs.Program.inline`).
         loop: the transposed step's loop, ``loop(ct, count, params, segment)``.
         steps: the run's steps.
+        k: the transposed loop's steps per exchange.
+        widths: the transposed step's reach per axis, on both sides
+            (:func:`pgas.loop.adjoint.adjoint_reach`).
     """
 
     run: Callable
     loop: Callable
     steps: int
+    k: int = 1
+    widths: tuple[int, ...] = ()
 
     def forward(self, state, params) -> tuple:
         return self.run(state, self.steps, params, None, tied=True, scan=False), ()
@@ -156,7 +163,7 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
         prog = program(adjoint.transposed(step, takes, widths), k, widths, None, None,
                        double=how.platform == "cpu" and k > 1, takes_params=takes,
                        captured=held, **reads(step))  # fmt: skip
-        return Transposed(forward, prog.inline, steps)
+        return Transposed(forward, prog.inline, steps, k, widths)
     if not reverse.fits(how.reach, shortest, read_only):
         return None
     return reverse.Checkpointed(
@@ -166,6 +173,63 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
         forward,
         takes,
         held,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WayBack:
+    """One piece of the way back of a run, as reverse mode runs it, for a report
+    (:func:`pgas.comm_report` with ``gradient=True``).
+
+    Attributes:
+        fn: the piece, ``fn(*args)``: ``k`` transposed steps (one exchange of the
+            transposed loop), or one physical step of a checkpointed segment's way back
+            (the step recomputed and one adjoint step,
+            :meth:`pgas.loop.reverse.Checkpointed.step_back`).
+        args: its arguments.
+        halos: the ideal halos of the piece, per axis ``(below, above)``, each exchanged once.
+        k: physical steps the piece runs.
+        note: the schedule, in words.
+    """
+
+    fn: Callable
+    args: tuple
+    halos: tuple
+    k: int
+    note: str
+
+
+def way_back(step, state, steps: int, params, steps_per_exchange: int | str) -> WayBack:
+    """How reverse mode runs ``pgas.run(step, state, steps)`` back (:func:`reverse_of`, as a
+    ``jax.grad`` of the run decides), as one piece to compile.
+
+    Raises:
+        PgasError: ``steps`` not a whole number >= 1, or a run that reverse mode takes through
+            JAX's derivative of the loop (no pgas loop to report).
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise PgasError(f"steps = {steps!r}: a gradient's report needs the run's step count, "
+                        f"a whole number >= 1, e.g. comm_report(step, u, gradient=True, "
+                        f"steps=1000)")  # fmt: skip
+    how = make_plan(step, state, steps_per_exchange, params=params)
+    rev = None
+    if how.widths is not None:
+        prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double, None,
+                       params is not None, (), **reads(step), **sides(how))  # fmt: skip
+        rev = reverse_of(step, steps, how, (), prog.inline, state, params)
+    if isinstance(rev, Transposed):
+        return WayBack(lambda ct, p: rev.loop(ct, rev.k, p, None), (state, params),
+                       (tuple(rev.k * w for w in rev.widths),), rev.k,
+                       f"{rev.k} on the way back: the transposed step's loop")  # fmt: skip
+    if isinstance(rev, reverse.Checkpointed):
+        mirrored = tuple((hi, lo) for lo, hi in rev.reach)
+        return WayBack(rev.step_back, (state, state, params), (rev.reach, mirrored), 1,
+                       f"1 on the way back: {rev.schedule.note}")  # fmt: skip
+    raise PgasError(
+        "reverse mode runs this step's loop back through JAX's derivative of the loop (a field "
+        "of an integer dtype, a Neumann face, a scalar in the state, or blocks too short for "
+        "the adjoint's frames: pgas.loop.derivative), not through a pgas loop: compile the "
+        "gradient and read its HLO, e.g. jax.jit(jax.grad(loss)).lower(u).compile().as_text()"
     )
 
 

@@ -15,7 +15,8 @@ that JAX hands to the partitioner.
 
 A step run under :func:`pgas.run` is a ``while`` loop; ``loop=True`` compiles
 that loop and counts the collectives inside its body as per-step traffic and the
-rest as one-time traffic.
+rest as one-time traffic. ``gradient=True`` reports reverse mode's way back through a
+run instead (:func:`pgas.loop.derivative.way_back`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.strided import Transfer, recording_transfers
+from pgas.loop.derivative import way_back
 from pgas.loop.frames import group_program, read_only, step_fn
 from pgas.loop.plan import Plan
 from pgas.loop.plan import plan as make_plan
@@ -391,6 +393,8 @@ def comm_report(
     steps_per_exchange: int | str = "auto",
     plan: Plan | None = None,
     params=None,
+    gradient: bool = False,
+    steps: int | None = None,
 ) -> CommReport:
     """Compile ``step`` as :func:`pgas.run` does and report the collectives per step.
 
@@ -410,6 +414,11 @@ def comm_report(
         params: as :func:`pgas.run`'s ``params=`` (``step(state, params)``); its
             read-only fields are exchanged once per run, as in the loop, so that
             exchange is not counted per step.
+        gradient: report reverse mode through ``pgas.run(step, state, steps)`` instead: one
+            piece of its way back as ``jax.grad`` runs it (:func:`pgas.loop.derivative.way_back`:
+            ``k`` transposed steps, or a checkpointed segment's recomputed step and adjoint
+            step), per physical step, its schedule in ``note``.
+        steps: the run's step count (with ``gradient``; it sets the schedule).
 
     >>> import numpy as np, pgas
     >>> u = pgas.from_numpy(np.zeros(8, np.float32), pgas.make_mesh(devices=1))
@@ -422,6 +431,15 @@ def comm_report(
 
     fn, s = (step, state[0]) if len(state) == 1 else ((lambda t, *p: step(*t, *p)), tuple(state))
     check_state(s, "comm_report state")  # GlobalArrays (pgas.from_numpy) and 0-d scalars
+    if gradient:
+        back = way_back(fn, s, steps, params, steps_per_exchange)
+        return compiled_report(
+            back.fn, back.args, name=f"gradient of {getattr(step, '__name__', 'step')}",
+            mesh=dict(_arrays(s)[0].layout.mesh.shape), steps_per_exchange=back.k,
+            exchanges=[e for a in _arrays(s) for h in back.halos
+                       for e in exchanges_of(a.layout, h, a.dtype.itemsize)],
+            note=back.note, shardy=shardy,
+        )  # fmt: skip
     if not _is_step(fn, s, params):  # e.g. a reduction: compiled as it is, one call = one step
         mesh = _arrays(s)[0].layout.mesh if _arrays(s) else None
         return compiled_report(lambda t: fn(t), (s,), name=getattr(step, "__name__", "fn"),

@@ -51,6 +51,7 @@ params or captured arrays goes through JAX's derivative of the loop
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -238,17 +239,22 @@ class Checkpointed:
                                  ct, stack, reverse=True)  # fmt: skip
         return ct
 
-    def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
-        """``count`` steps from ``start`` recomputed one step per exchange, every state
-        stored, then run back from ``ct`` one adjoint step at a time."""
+    @contextlib.contextmanager
+    def _pieces(self, params: Any):
+        """``(one, back)`` on blocks: one step recomputed (one exchange) and one adjoint
+        step (:func:`adjoint_step`), the params and held arrays extended for them."""
         widths = tuple(max(lo, hi) for lo, hi in self.reach)
         held = tuple(c.field for c in self.held if c.field is not None)
         with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
             body = step_fn(self.step, step_params(given, self.takes_params))
-            one = group(body, widths, 1, self.reach)
+            yield group(body, widths, 1, self.reach), adjoint_step(body, self.reach)
+
+    def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
+        """``count`` steps from ``start`` recomputed one step per exchange, every state
+        stored, then run back from ``ct`` one adjoint step at a time."""
+        with self._pieces(params) as (one, back):
             _, kept = jax.lax.scan(lambda s, i: (one(s, i), s), blocks(start),
                                    jnp.arange(count, dtype=jnp.int32))  # fmt: skip
-            back = adjoint_step(body, self.reach)
 
             def step_back(j, w):
                 i = count - 1 - j
@@ -258,3 +264,11 @@ class Checkpointed:
 
             w = jax.lax.fori_loop(0, count, step_back, blocks(ct))
         return physical(w)
+
+    def step_back(self, state: State, ct: State, params: Any) -> tuple[State, State]:
+        """One physical step of the way back, as :meth:`back` runs it in a segment: the step
+        recomputed from ``state`` and the cotangent at ``state`` from ``ct``, that of the
+        next state (what :func:`pgas.comm_report` compiles with ``gradient=True``)."""
+        with self._pieces(params) as (one, back):
+            u, zero = blocks(state), jnp.int32(0)
+            return physical(one(u, zero)), physical(back(u, blocks(ct), zero))

@@ -87,3 +87,58 @@ def test_self_pairs_are_not_messages():
 
 def test_no_collectives():
     assert parse_collectives("ENTRY %m () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}\n") == []
+
+
+# ---- comm_report(gradient=True): the way back of a run (issue 33, item 5) ------------------
+def _burgers(u):
+    u[1:-1] = u[1:-1] - 0.2 * u[1:-1] * (u[2:] - u[:-2]) + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+    return u
+
+
+def _heat(u):
+    u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def test_gradient_report_counts_the_way_back_per_physical_step_against_its_ideal():
+    import numpy as np
+
+    import pgas
+    from pgas.loop.reverse import schedule
+
+    u = pgas.from_numpy(
+        np.linspace(0.0, 1.0, 40), pgas.make_mesh(devices=3), boundary=pgas.Keep()
+    )  # fmt: skip  (14 + 14 + 12 cells)
+    forward = pgas.comm_report(_burgers, u)
+    nonlinear = pgas.comm_report(_burgers, u, gradient=True, steps=100)
+    # checkpointed: the step recomputed (its halo, one cell a side) and the adjoint step (the
+    # cotangent's halo, the reach mirrored): the ideal is two one-cell exchanges per step
+    assert nonlinear.name == "gradient of _burgers" and nonlinear.steps_per_exchange == 1
+    assert nonlinear.note == "1 on the way back: " + schedule(100, forward.steps_per_exchange).note
+    assert nonlinear.ideal_bytes == 2 * 2 * 8
+    assert nonlinear.gathers == 0 and nonlinear.count("all-reduce") == 0
+    permutes = [c for c in nonlinear.per_step if c.kind == "collective-permute"]
+    assert permutes and all(c.bytes <= 2 * 8 for c in permutes)  # halo-sized: the frames
+    assert nonlinear.ratio >= 1.0
+    # affine: the transposed step's loop, deep halos as the forward's (k steps per exchange)
+    affine = pgas.comm_report(_heat, u, gradient=True, steps=100)
+    k = affine.steps_per_exchange
+    assert k > 1 and affine.note.startswith(f"{k} on the way back")
+    assert affine.count("collective-permute") == 2 / k and affine.ratio == 1.0
+    assert affine.gathers == 0
+
+
+def test_gradient_report_bad_inputs_say_what_to_give():
+    import numpy as np
+    import pytest
+
+    import pgas
+
+    mesh = pgas.make_mesh(devices=2)
+    u = pgas.from_numpy(np.linspace(0.0, 1.0, 16), mesh, boundary=pgas.Keep())
+    for steps in (None, 0, 2.5):
+        with pytest.raises(pgas.PgasError, match=rf"steps = {steps}: .*steps=1000"):
+            pgas.comm_report(_burgers, u, gradient=True, steps=steps)
+    mirrored = pgas.from_numpy(np.linspace(0.0, 1.0, 16), mesh, boundary=pgas.Neumann())
+    with pytest.raises(pgas.PgasError, match="JAX's derivative of the loop.*jax.grad"):
+        pgas.comm_report(_burgers, mirrored, gradient=True, steps=10)
