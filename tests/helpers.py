@@ -57,15 +57,17 @@ def heat3d_numpy(u: np.ndarray, steps: int) -> np.ndarray:
     return u
 
 
-def load_example(name: str):
-    """The example ``examples/<name>/<name>.py`` as a module (loaded once per process)."""
+def load_example(name: str, script: str | None = None):
+    """The example ``examples/<name>/<script or name>.py`` as a module (loaded once per
+    process)."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    key = f"pgas_examples_{name}"
+    script = script or name
+    key = f"pgas_examples_{name}" + ("" if script == name else f"_{script}")
     if key not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "examples" / name / f"{name}.py"
+        path = Path(__file__).resolve().parents[1] / "examples" / name / f"{script}.py"
         spec = importlib.util.spec_from_file_location(key, path)
         sys.modules[key] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[key])
