@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from pgas.grid.decomposition import BlockAxis, ext_pair
 
 __all__ = ["exchange", "receive", "extend", "refill", "edges", "refill_mirror",
-           "refill_mirror_slabs", "Transport", "Trim"]  # fmt: skip
+           "refill_mirror_slabs", "global_transport", "Transport", "Trim"]  # fmt: skip
 
 Transport = Callable[[jax.Array, int], jax.Array]
 """``transport(slab, direction)``: block b receives the slab of block b - direction."""
@@ -72,7 +72,10 @@ def _take(x: jax.Array, axis: int, start: int, stop: int) -> jax.Array:
     return jax.lax.slice_in_dim(x, start, stop, axis=axis)
 
 
-def _global_transport(block_axis: int, periodic: bool) -> Transport:
+def global_transport(block_axis: int, periodic: bool) -> Transport:
+    """The default :data:`Transport` along ``block_axis`` of the blocks form: every block
+    gets its neighbour's slab (a collective-permute), wrapping around where ``periodic``."""
+
     def move(slab: jax.Array, direction: int) -> jax.Array:
         if periodic:
             return jnp.roll(slab, direction, axis=block_axis)
@@ -149,7 +152,7 @@ def receive(
     """
     ca = 2 * axis + 1
     low, high = faces
-    move = transport or _global_transport(2 * axis, low.periodic)
+    move = transport or global_transport(2 * axis, low.periodic)
     if direction == 1:  # block b gets the last cells of block b - 1
         slab = move(last, 1)
         if not low.periodic:

@@ -58,7 +58,7 @@ import jax.numpy as jnp
 from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.forms import anchor_of, blocks_of, physical_of
-from pgas.globalview.halo import extend, refill
+from pgas.globalview.halo import Transport, extend, refill
 from pgas.globalview.lower import holding
 from pgas.globalview.mirrors import deferring_mirrors
 from pgas.globalview.view import View
@@ -161,9 +161,14 @@ def hold(mesh, halo: tuple[int, ...]) -> bool:
 
 
 def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
-           fields: tuple[Sides, ...] | None = None) -> State:  # fmt: skip
+           fields: tuple[Sides, ...] | None = None,
+           moves: Callable[[int, bool], Transport] | None = None) -> State:  # fmt: skip
     """Every field extended by ``halo[i]`` cells (an int: on both sides, else ``(below,
     above)``): one exchange per split axis, only the cells kept.
+
+    ``moves(axis, periodic)``: how the slabs of an axis travel (a
+    :data:`pgas.globalview.halo.Transport`; default the global view's collective-permutes),
+    for a caller that records them or gives them again (:mod:`pgas.loop.reverse`).
 
     The extended blocks are built by a concatenate, held behind an optimization
     barrier where that helps (:func:`hold`), so that the sub-steps read only
@@ -187,8 +192,9 @@ def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
         own = ext_sides(halo[: lay.ndim])
         for axis, (below, above) in enumerate(own):
             if below or above:
+                move = None if moves is None else moves(axis, lay.boundary[axis][0].periodic)
                 blocks = extend(blocks, axis, (below, above), lay.axes[axis],
-                                lay.boundary[axis], lay.block_iota(axis))  # fmt: skip
+                                lay.boundary[axis], lay.block_iota(axis), move)  # fmt: skip
         if hold(lay.mesh, tuple(lo + hi for lo, hi in own)):
             blocks = jax.lax.optimization_barrier(blocks)
         return GlobalArray(blocks, lay, ext_of(own), anchor)

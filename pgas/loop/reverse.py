@@ -25,8 +25,11 @@ segment (:attr:`Schedule.stored`), fewest at ``segment`` about
 
 The adjoint step, in gather form as the transposed affine step is. The state
 is extended by ``below + above`` cells per side and the cotangent by the reach
-*mirrored* (``above`` cells below the block, ``below`` above; one exchange
-each, halo-sized collective-permutes). ``jax.vjp`` of the step on that frame
+*mirrored* (``above`` cells below the block, ``below`` above; halo-sized
+collective-permutes). The state's frame is exchanged once: the recomputed step
+runs on it (:func:`recompute`) and the segment keeps the slabs it received, from
+which the adjoint step builds the same frame again; so a step back exchanges the
+state once and the cotangent once. ``jax.vjp`` of the step on that frame
 takes the cotangent of the cells the step writes back to the frame, and every
 cell of the block then has its full sum: each cell that reads it lies in the
 frame the cotangent is given on. The block's own cells are kept; no cell of
@@ -61,10 +64,11 @@ import jax.numpy as jnp
 
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.forms import anchor_of, blocks_of, narrowed
+from pgas.globalview.halo import global_transport
 from pgas.grid.decomposition import ext_of, ext_sides
-from pgas.loop.frames import blocks, frames, group, loop_inputs, physical, step_fn, step_params
+from pgas.loop.frames import blocks, cores, frames, loop_inputs, physical, step_fn, step_params
 
-__all__ = ["Schedule", "schedule", "fits", "adjoint_step", "Checkpointed"]
+__all__ = ["Schedule", "schedule", "fits", "recompute", "adjoint_step", "Checkpointed"]
 
 State = Any
 Sides = tuple[tuple[int, int], ...]
@@ -152,6 +156,45 @@ def fits(reach: Sides, shortest: tuple[int, ...], read_only: bool) -> bool:
                for (lo, hi), n in zip(reach, shortest))  # fmt: skip
 
 
+def recompute(body: Callable, reach: Sides) -> Callable:
+    """``one(u, counter) -> (next, slabs)``: one step of ``body`` from ``u`` (blocks form),
+    computed on ``u``'s frame of ``below + above`` cells per side, and the slabs that frame's
+    exchange received: :func:`adjoint_step` builds the same frame from them, with no
+    exchange of its own."""
+    ext_u = ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
+
+    def one(u, counter=None):
+        slabs: list = []
+        framed = frames(u, ext_u, None if counter is None else anchor_of(counter),
+                        moves=_recording(slabs))  # fmt: skip
+        return cores(body(framed)), slabs
+
+    return one
+
+
+def _recording(slabs: list) -> Callable:
+    """``moves`` for :func:`pgas.loop.frames.frames`: the global view's, each received slab
+    appended to ``slabs``."""
+
+    def moves(axis: int, periodic: bool):
+        move = global_transport(2 * axis, periodic)
+
+        def record(slab, direction):
+            slabs.append(move(slab, direction))
+            return slabs[-1]
+
+        return record
+
+    return moves
+
+
+def _replaying(slabs) -> Callable:
+    """``moves`` for :func:`pgas.loop.frames.frames`: the slabs :func:`_recording` kept, in
+    the order they came."""
+    given = iter(slabs)
+    return lambda axis, periodic: lambda slab, direction: next(given)
+
+
 def adjoint_step(body: Callable, reach: Sides) -> Callable:
     """``back(u, w, counter)``: the cotangent at ``u`` (blocks form) of one step of
     ``body`` from ``u``, given the cotangent ``w`` (blocks form) of its result; in gather
@@ -167,13 +210,17 @@ def adjoint_step(body: Callable, reach: Sides) -> Callable:
     >>> back = adjoint_step(step_fn(square), ((1, 1),))
     >>> physical(back(blocks(u), blocks(w), 0)).to_numpy()  # d(u^2)/du = 2 u inside
     array([1., 2., 4., 6., 1.])
+    >>> _, slabs = recompute(step_fn(square), ((1, 1),))(blocks(u), 0)
+    >>> physical(back(blocks(u), blocks(w), 0, slabs)).to_numpy()  # its frame given again
+    array([1., 2., 4., 6., 1.])
     """
     ext_u = ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
     mirrored = tuple((hi, lo) for lo, hi in reach)
 
-    def back(u, w, counter=None):
+    def back(u, w, counter=None, slabs=None):
         anchor = None if counter is None else anchor_of(counter)
-        framed, tree = jax.tree.flatten(frames(u, ext_u, anchor), is_leaf=_is_array)
+        moves = None if slabs is None else _replaying(slabs)
+        framed, tree = jax.tree.flatten(frames(u, ext_u, anchor, moves=moves), is_leaf=_is_array)
 
         def forward(datas):
             state = tree.unflatten([GlobalArray(d, g.layout, g.ext, anchor)
@@ -241,26 +288,31 @@ class Checkpointed:
 
     @contextlib.contextmanager
     def _pieces(self, params: Any):
-        """``(one, back)`` on blocks: one step recomputed (one exchange) and one adjoint
+        """``(one, back)`` on blocks: one step recomputed (:func:`recompute`) and one adjoint
         step (:func:`adjoint_step`), the params and held arrays extended for them."""
         widths = tuple(max(lo, hi) for lo, hi in self.reach)
         held = tuple(c.field for c in self.held if c.field is not None)
         with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
             body = step_fn(self.step, step_params(given, self.takes_params))
-            yield group(body, widths, 1, self.reach), adjoint_step(body, self.reach)
+            yield recompute(body, self.reach), adjoint_step(body, self.reach)
 
     def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
         """``count`` steps from ``start`` recomputed one step per exchange, every state
         stored, then run back from ``ct`` one adjoint step at a time."""
         with self._pieces(params) as (one, back):
-            _, kept = jax.lax.scan(lambda s, i: (one(s, i), s), blocks(start),
-                                   jnp.arange(count, dtype=jnp.int32))  # fmt: skip
+
+            def ahead(s, i):
+                nxt, slabs = one(s, i)
+                return nxt, (s, slabs)
+
+            _, (kept, received) = jax.lax.scan(ahead, blocks(start),
+                                               jnp.arange(count, dtype=jnp.int32))  # fmt: skip
 
             def step_back(j, w):
                 i = count - 1 - j
                 u = jax.tree.map(lambda g: GlobalArray(g.data[i], g.layout, g.ext), kept,
                                  is_leaf=_is_array)  # fmt: skip
-                return back(u, w, i)
+                return back(u, w, i, [slab[i] for slab in received])
 
             w = jax.lax.fori_loop(0, count, step_back, blocks(ct))
         return physical(w)
@@ -271,4 +323,5 @@ class Checkpointed:
         next state (what :func:`pgas.comm_report` compiles with ``gradient=True``)."""
         with self._pieces(params) as (one, back):
             u, zero = blocks(state), jnp.int32(0)
-            return physical(one(u, zero)), physical(back(u, blocks(ct), zero))
+            nxt, slabs = one(u, zero)
+            return physical(nxt), physical(back(u, blocks(ct), zero, slabs))

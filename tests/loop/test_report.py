@@ -119,6 +119,9 @@ def test_gradient_report_counts_the_way_back_per_physical_step_against_its_ideal
     assert nonlinear.gathers == 0 and nonlinear.count("all-reduce") == 0
     permutes = [c for c in nonlinear.per_step if c.kind == "collective-permute"]
     assert permutes and all(c.bytes <= 2 * 8 for c in permutes)  # halo-sized: the frames
+    # the state exchanged once a step (the recompute keeps the slabs the adjoint step's
+    # frame needs), the cotangent once: two exchanges of two permutes each
+    assert nonlinear.count("collective-permute") == 4
     assert nonlinear.ratio >= 1.0
     # affine: the transposed step's loop, deep halos as the forward's (k steps per exchange)
     affine = pgas.comm_report(_heat, u, gradient=True, steps=100)
