@@ -14,9 +14,9 @@ $(BIN)/python:
 		exit 1; }
 	$(PY) -m venv $(VENV)
 
-# pip compiles every module at install: where PYTHONDONTWRITEBYTECODE is set (as on CI
-# machines) a run cannot cache what it compiles, and `pip install --no-compile` made the
-# suite 25% slower (every process compiled every module it imported: import pgas 2.3 s)
+# pip compiles every module at install: where PYTHONDONTWRITEBYTECODE is set (as on our
+# development machines) a run cannot cache what it compiles, and `pip install --no-compile`
+# made the suite 25% slower there (every process compiled what it imported: import pgas 2.3 s)
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
