@@ -37,9 +37,12 @@ BOUNDARY = pgas.Keep()
 NU = 2e-3  # viscosity
 
 # ---- Numerics -----------------------------------------------------------------------------
-# Explicit Euler, central differences. dt = 0.2 dx**2 / nu (diffusion number 0.2); the cell
-# Reynolds number |u| dx / nu stays below 2 for the grids below (--n >= 1025 at |u| <= 1.5).
+# Explicit Euler, central differences. dt = 0.2 dx**2 / nu (diffusion number 0.2). Central
+# differences need the cell Reynolds number |u| dx / nu at most 2: with |u| <= 1.5 (the
+# initial velocity's largest), dx <= 2 nu / 1.5, so at least SMALLEST points.
 DIFFUSION = 0.2
+PEAK = 1.5
+SMALLEST = int(PEAK / (2 * NU)) + 2
 
 
 def burgers(u, c):
@@ -141,6 +144,11 @@ def main(argv: list[str] | None = None) -> dict:
     for name in ("n", "steps", "iters", "devices"):
         if getattr(args, name) < 1:
             p.error(f"--{name} {getattr(args, name)}: give a whole number >= 1")
+    if args.n < SMALLEST:
+        p.error(
+            f"--n {args.n}: central differences are unstable on so coarse a grid (cell "
+            f"Reynolds number above 2 at nu = {NU}); give --n {SMALLEST} or more"
+        )
     try:
         pgas.use_cpu_devices(args.devices)
     except pgas.DeviceCountError:  # JAX runs already (a test): use that many of its devices

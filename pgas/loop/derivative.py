@@ -199,9 +199,11 @@ class WayBack:
     note: str
 
 
-def way_back(step, state, steps: int, params, steps_per_exchange: int | str) -> WayBack:
+def way_back(step, state, steps: int, params, steps_per_exchange: int | str,
+             plan: Plan | None = None) -> WayBack:  # fmt: skip
     """How reverse mode runs ``pgas.run(step, state, steps)`` back (:func:`reverse_of`, as a
-    ``jax.grad`` of the run decides), as one piece to compile.
+    ``jax.grad`` of the run decides), as one piece to compile; ``plan``: the forward's, as
+    :func:`pgas.run`'s ``plan=`` (default: made here).
 
     Raises:
         PgasError: ``steps`` not a whole number >= 1, or a run that reverse mode takes through
@@ -211,7 +213,7 @@ def way_back(step, state, steps: int, params, steps_per_exchange: int | str) -> 
         raise PgasError(f"steps = {steps!r}: a gradient's report needs the run's step count, "
                         f"a whole number >= 1, e.g. comm_report(step, u, gradient=True, "
                         f"steps=1000)")  # fmt: skip
-    how = make_plan(step, state, steps_per_exchange, params=params)
+    how = plan or make_plan(step, state, steps_per_exchange, params=params)
     rev = None
     if how.widths is not None:
         prog = program(step, how.steps_per_exchange, how.widths, None, None, how.double, None,

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from pgas.errors import PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.strided import Transfer, recording_transfers
 from pgas.loop.derivative import way_back
@@ -432,11 +433,14 @@ def comm_report(
     fn, s = (step, state[0]) if len(state) == 1 else ((lambda t, *p: step(*t, *p)), tuple(state))
     check_state(s, "comm_report state")  # GlobalArrays (pgas.from_numpy) and 0-d scalars
     if gradient:
-        back = way_back(fn, s, steps, params, steps_per_exchange)
+        if loop:
+            raise PgasError("loop=True with gradient=True: a gradient's report compiles one "
+                            "piece of the way back, not a loop; leave loop out")  # fmt: skip
+        back, arrays = way_back(fn, s, steps, params, steps_per_exchange, plan), _arrays(s)
         return compiled_report(
             back.fn, back.args, name=f"gradient of {getattr(step, '__name__', 'step')}",
-            mesh=dict(_arrays(s)[0].layout.mesh.shape), steps_per_exchange=back.k,
-            exchanges=[e for a in _arrays(s) for h in back.halos
+            mesh=dict(arrays[0].layout.mesh.shape), steps_per_exchange=back.k,
+            exchanges=[e for a in arrays for h in back.halos
                        for e in exchanges_of(a.layout, h, a.dtype.itemsize)],
             note=back.note, shardy=shardy,
         )  # fmt: skip

@@ -156,12 +156,17 @@ def fits(reach: Sides, shortest: tuple[int, ...], read_only: bool) -> bool:
                for (lo, hi), n in zip(reach, shortest))  # fmt: skip
 
 
+def _state_frame(reach: Sides):
+    """The frame of the state an adjoint step reads: ``below + above`` cells per side."""
+    return ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
+
+
 def recompute(body: Callable, reach: Sides) -> Callable:
     """``one(u, counter) -> (next, slabs)``: one step of ``body`` from ``u`` (blocks form),
     computed on ``u``'s frame of ``below + above`` cells per side, and the slabs that frame's
     exchange received: :func:`adjoint_step` builds the same frame from them, with no
     exchange of its own."""
-    ext_u = ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
+    ext_u = _state_frame(reach)
 
     def one(u, counter=None):
         slabs: list = []
@@ -196,9 +201,9 @@ def _replaying(slabs) -> Callable:
 
 
 def adjoint_step(body: Callable, reach: Sides) -> Callable:
-    """``back(u, w, counter)``: the cotangent at ``u`` (blocks form) of one step of
-    ``body`` from ``u``, given the cotangent ``w`` (blocks form) of its result; in gather
-    form (see the module docstring).
+    """``back(u, w, counter, slabs)``: the cotangent at ``u`` (blocks form) of one step of
+    ``body`` from ``u``, given the cotangent ``w`` (blocks form) of its result and the slabs
+    :func:`recompute` received for ``u``'s frame; in gather form (see the module docstring).
 
     >>> import numpy as np, pgas
     >>> from pgas.loop.frames import blocks, physical, step_fn
@@ -207,20 +212,18 @@ def adjoint_step(body: Callable, reach: Sides) -> Callable:
     ...     u[1:-1] = u[1:-1] * u[1:-1]
     ...     return u
     >>> w = pgas.from_numpy(np.ones(5), u.layout.mesh, boundary=pgas.Keep())
-    >>> back = adjoint_step(step_fn(square), ((1, 1),))
-    >>> physical(back(blocks(u), blocks(w), 0)).to_numpy()  # d(u^2)/du = 2 u inside
-    array([1., 2., 4., 6., 1.])
     >>> _, slabs = recompute(step_fn(square), ((1, 1),))(blocks(u), 0)
-    >>> physical(back(blocks(u), blocks(w), 0, slabs)).to_numpy()  # its frame given again
+    >>> back = adjoint_step(step_fn(square), ((1, 1),))
+    >>> physical(back(blocks(u), blocks(w), 0, slabs)).to_numpy()  # d(u^2)/du = 2 u inside
     array([1., 2., 4., 6., 1.])
     """
-    ext_u = ext_of(tuple((lo + hi, lo + hi) for lo, hi in reach))
+    ext_u = _state_frame(reach)
     mirrored = tuple((hi, lo) for lo, hi in reach)
 
-    def back(u, w, counter=None, slabs=None):
+    def back(u, w, counter, slabs):
         anchor = None if counter is None else anchor_of(counter)
-        moves = None if slabs is None else _replaying(slabs)
-        framed, tree = jax.tree.flatten(frames(u, ext_u, anchor, moves=moves), is_leaf=_is_array)
+        framed = frames(u, ext_u, anchor, moves=_replaying(slabs))
+        framed, tree = jax.tree.flatten(framed, is_leaf=_is_array)
 
         def forward(datas):
             state = tree.unflatten([GlobalArray(d, g.layout, g.ext, anchor)

@@ -36,3 +36,6 @@ def test_burgers_inverse_recovers_the_initial_velocity_through_checkpointed_segm
     with pytest.raises(SystemExit):
         burgers.main(["--steps", "0"])
     assert "--steps 0: give a whole number >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        burgers.main(["--n", "65"])
+    assert "--n 65: central differences are unstable" in capsys.readouterr().err

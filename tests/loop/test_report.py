@@ -129,6 +129,9 @@ def test_gradient_report_counts_the_way_back_per_physical_step_against_its_ideal
     assert k > 1 and affine.note.startswith(f"{k} on the way back")
     assert affine.count("collective-permute") == 2 / k and affine.ratio == 1.0
     assert affine.gathers == 0
+    # the forward's plan, as pgas.run's plan=: one step per exchange back too
+    single = pgas.comm_report(_heat, u, gradient=True, steps=100, plan=pgas.plan.plan(_heat, u, 1))
+    assert single.steps_per_exchange == 1 and single.count("collective-permute") == 2
 
 
 def test_gradient_report_bad_inputs_say_what_to_give():
@@ -142,6 +145,8 @@ def test_gradient_report_bad_inputs_say_what_to_give():
     for steps in (None, 0, 2.5):
         with pytest.raises(pgas.PgasError, match=rf"steps = {steps}: .*steps=1000"):
             pgas.comm_report(_burgers, u, gradient=True, steps=steps)
+    with pytest.raises(pgas.PgasError, match="loop=True with gradient=True: .*leave loop out"):
+        pgas.comm_report(_burgers, u, gradient=True, steps=10, loop=True)
     mirrored = pgas.from_numpy(np.linspace(0.0, 1.0, 16), mesh, boundary=pgas.Neumann())
     with pytest.raises(pgas.PgasError, match="JAX's derivative of the loop.*jax.grad"):
         pgas.comm_report(_burgers, mirrored, gradient=True, steps=10)
