@@ -150,17 +150,17 @@ def test_upwind_2d_equals_numpy(step, reference):
         np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
     if step is advect_diffuse:  # chunks run the loops above: one step's chunks tell
         return
-    seen = []  # a callback: the single-buffered loop, chunks of 10 steps
+    seen = []  # a callback between chunks of 7, 7 and 5 steps: odd counts, the k = 3 loop above
     out = pgas.run(
         step,
         pgas.from_numpy(x0, mesh, boundary=pgas.Dirichlet(1.0)),
         19,
         steps_per_exchange=3,
-        chunk=10,
+        chunk=7,
         callback=lambda n, s: seen.append(n),
     )
     np.testing.assert_array_equal(out.to_numpy(), want)
-    assert seen == [10, 19]
+    assert seen == [7, 14, 19]
 
 
 @pytest.mark.parametrize("k", [1, 4])

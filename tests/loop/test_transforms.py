@@ -62,24 +62,26 @@ def shifted_heat_adjoint(g: np.ndarray, bc, steps: int, c=0.125) -> np.ndarray:
 
 
 # ---- 1. reverse mode ---------------------------------------------------------------------
-CASES = [  # shape, mesh shape, boundary (each kind and each class of mesh; Neumann on 17 cells
-    # over 3 devices took the paths of Dirichlet there and of Neumann on 2 x 2)
-    ((17,), (1,), pgas.Periodic()),
-    ((17,), (3,), pgas.Dirichlet(1.0)),  # blocks 6, 6, 5: auto is k = 5, in pairs of groups
-    ((13, 12), (2, 2), pgas.Periodic()),  # blocks 7 or 6 by 6: k = 6
-    ((13, 12), (2, 2), pgas.Neumann()),
+CASES = [  # shape, mesh shape, boundary, deep-halo k (each kind and each class of mesh; Neumann
+    # on 17 cells over 3 devices took the paths of Dirichlet there and of Neumann on 2 x 2)
+    ((17,), (1,), pgas.Periodic(), "auto"),
+    # blocks 6, 6, 5: an odd k, groups in pairs (auto's is 5)
+    ((17,), (3,), pgas.Dirichlet(1.0), 3),
+    # blocks 7 or 6 by 6: an even k (auto's is 6)
+    ((13, 12), (2, 2), pgas.Periodic(), 2),
+    ((13, 12), (2, 2), pgas.Neumann(), 2),
 ]
 
 
-@pytest.mark.parametrize("shape,parts,bc", CASES, ids=str)
-def test_gradient_is_the_transposed_stencil(shape, parts, bc):
+@pytest.mark.parametrize("shape,parts,bc,deep", CASES, ids=str)
+def test_gradient_is_the_transposed_stencil(shape, parts, bc, deep):
     names = ("y", "x")[-len(shape) :]
     mesh = pgas.make_mesh(names, shape=parts, devices=math.prod(parts))
     rng = np.random.default_rng(1)
     x0, w = rng.random(shape), rng.random(shape)
     weight = pgas.from_numpy(w, mesh, boundary=bc)
     want = shifted_heat_adjoint(w, bc, 13)
-    for k, remat in ((1, 2), ("auto", "auto")):  # k = 1 in segments of 2 steps; deep halos
+    for k, remat in ((1, 2), (deep, "auto")):  # k = 1 in segments of 2 steps; deep halos
 
         def loss(u, k=k, remat=remat):
             out = pgas.run(shifted_heat, u, 13, steps_per_exchange=k, remat_every=remat)
@@ -99,7 +101,8 @@ def test_gradient_is_the_transposed_stencil(shape, parts, bc):
 def test_gradient_of_the_seed_heat_step_with_keep_ends_and_deep_halos():
     x0 = np.random.default_rng(2).random(203)
     mesh = pgas.make_mesh(("x",), devices=4)
-    loss = lambda u: pgas.sum(pgas.run(heat, u, 40) ** 2)  # noqa: E731
+    # deep halos at k = 4: 10 groups (an even k, as auto's k = 16 on blocks of 51 and 50)
+    loss = lambda u: pgas.sum(pgas.run(heat, u, 40, steps_per_exchange=4) ** 2)  # noqa: E731
     # under jax.jit: one program (an eager gradient: tests/loop/test_derivative.py)
     g = jax.jit(jax.grad(loss))(pgas.from_numpy(x0, mesh, boundary=pgas.Keep())).to_numpy()
     np.testing.assert_allclose(g, heat_adjoint(2 * heat_numpy(x0, 40), 40), rtol=1e-12)
@@ -113,13 +116,13 @@ def _nonlinear(u, p):
 def test_gradient_of_a_nonlinear_step_against_central_differences():
     """With respect to the state and to params (a scalar), 1-D on 3 devices, Neumann faces."""
     rng = np.random.default_rng(3)
-    x0, d = rng.random(13), rng.standard_normal(13)  # blocks 5, 4, 4: auto is k = 4
+    x0, d = rng.random(13), rng.standard_normal(13)  # blocks 5, 4, 4
     mesh = pgas.make_mesh(("x",), devices=3)
 
     def field(x):
         return pgas.from_numpy(x, mesh, boundary=pgas.Neumann())
 
-    for k in (1, "auto"):
+    for k in (1, 2):  # k = 2: 8 groups and a step (an even k, as auto's k = 4 here)
 
         @jax.jit
         def loss(u, c, k=k):
@@ -148,7 +151,8 @@ def test_gradient_with_respect_to_a_coefficient_field():
 
     @jax.jit
     def loss(kappa):  # inside jit, run inlines its loop and donates nothing
-        return pgas.sum(pgas.run(_variable, u, 9, params=kappa) ** 2)
+        # deep halos at k = 2: 4 groups and a step (an even k, as auto's k = 6 here)
+        return pgas.sum(pgas.run(_variable, u, 9, params=kappa, steps_per_exchange=2) ** 2)
 
     g = jax.jit(jax.grad(loss))(pgas.from_numpy(k0, mesh)).to_numpy()
     eps = 1e-6
@@ -230,9 +234,10 @@ def test_new_params_reuse_the_compiled_program(compiles):
             u[1:-1, 1:-1] = u[1:-1, 1:-1] + k[1:-1, 1:-1] * n - 0.05 * u[1:-1, 1:-1] ** 2
         return u
 
-    def run(k):
+    def run(k):  # deep halos at k = 3: groups in pairs (an odd k, as auto's k = 5 here)
         u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
-        return pgas.run(_variable, u, 12, params=pgas.from_numpy(k, mesh)).to_numpy()
+        kappa = pgas.from_numpy(k, mesh)
+        return pgas.run(_variable, u, 12, params=kappa, steps_per_exchange=3).to_numpy()
 
     first = run(k0)
     compiles.clear()
@@ -262,9 +267,10 @@ def test_a_rebound_array_of_the_enclosing_scope_is_never_stale():
             u[1:-1] = u[1:-1] + k * (u[:-2] + u[2:] - 2 * u[1:-1])
         return u
 
-    first = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6).to_numpy()
+    # deep halos at k = 2: 3 groups (auto's k = 16 on blocks of 20 exceeds the 6 steps)
+    first = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6, steps_per_exchange=2).to_numpy()
     kappa = pgas.from_numpy(np.full(40, 0.2), mesh)
-    second = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6).to_numpy()
+    second = pgas.run(diffuse, pgas.from_numpy(x0, mesh), 6, steps_per_exchange=2).to_numpy()
     np.testing.assert_allclose(first, numpy_run(0.1), rtol=1e-13)
     np.testing.assert_allclose(second, numpy_run(0.2), rtol=1e-13)
 
@@ -324,7 +330,8 @@ def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
 
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
     rng = np.random.default_rng(9)
-    x0, k0 = rng.random((14, 11)), 0.05 + 0.1 * rng.random((14, 11))
+    # blocks 7 by 4 or 3: auto is k = 3, odd (the automatic path's groups run in pairs)
+    x0, k0 = rng.random((14, 7)), 0.05 + 0.1 * rng.random((14, 7))
     inner = (slice(1, -1), slice(1, -1))
 
     def kernel(e, p):
@@ -345,7 +352,7 @@ def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
     def make():
         return pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
 
-    for k in (1, 5, "auto"):
+    for k in (1, 3, "auto"):
         p = {"c": 0.05, "k": pgas.from_numpy(k0, mesh)}
         out = explicit.run(kernel, make(), 12, region=inner, steps_per_exchange=k, params=p)
         auto = pgas.run(step, make(), 12, params=p).to_numpy()
@@ -359,13 +366,13 @@ def test_explicit_run_takes_the_params_of_run_until_without_compiling(compiles):
 
     u, key = make(), explicit.region_key(inner)
     tree, leaves, fields = explicit.params.split_params(p, u.layout)
-    # k = 5: the program run above (auto chose it too), loaded from the compilation cache
-    hlo = explicit.program(kernel, u.layout, (1, 1), key, 5, tree, fields).lower(
+    # k = 3: the program run above (auto chose it too; the kernel reads no outside numbers)
+    hlo = explicit.program(kernel, u.layout, (1, 1), key, 3, tree, fields, reads=()).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
     tree, leaves, fields = explicit.params.split_params(
         {"c": 0.05, "k": jnp.full((3, 3), 0.1)}, u.layout
     )
-    scalars = explicit.program(kernel, u.layout, (1, 1), key, 5, tree, fields).lower(
+    scalars = explicit.program(kernel, u.layout, (1, 1), key, 3, tree, fields).lower(
         u.data, jnp.int32(12), *leaves).compile().as_text()  # fmt: skip
     field, alone = permutes_per_computation(hlo), permutes_per_computation(scalars)
     assert field.pop("ENTRY") == 4  # the field: one exchange, 2 axes x 2 directions, once
@@ -390,13 +397,13 @@ def test_a_field_of_the_enclosing_scope_is_exchanged_once_like_a_param():
     def converged(u, *_):
         return pgas.max(abs(u)) < -1.0  # never: the loop runs max_steps
 
-    def programs(step, params):
+    def programs(step, params):  # deep halos at k = 2 (double-buffered)
         def until(u):
             return pgas.run_until(step, u, converged, 16, check_every=8, params=params,
-                                  steps_per_exchange=4).state.data  # fmt: skip
+                                  steps_per_exchange=2).state.data  # fmt: skip
 
         def run(u):
-            return pgas.run(step, u, 16, params=params, steps_per_exchange=4).data
+            return pgas.run(step, u, 16, params=params, steps_per_exchange=2).data
 
         return [jax.jit(f).lower(make()).compile() for f in (until, run)]
 

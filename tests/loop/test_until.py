@@ -269,9 +269,9 @@ def test_max_steps_past_int32_runs_exactly(monkeypatch):
     mesh = pgas.make_mesh(devices=2)
     done = lambda u: pgas.max(abs(u[1:-1])) < 1e-2  # noqa: E731
 
-    def solve(max_steps):
+    def solve(max_steps):  # k = 2: 4 groups per check (auto's k = 8 on blocks of 8: one)
         u = pgas.from_numpy(a, mesh, boundary=pgas.Keep())
-        return pgas.run_until(jacobi1d, u, done, max_steps, check_every=8)
+        return pgas.run_until(jacobi1d, u, done, max_steps, check_every=8, steps_per_exchange=2)
 
     want, steps = jacobi1d_numpy(a, 8, 2000, 1e-2)
     assert 40 < steps < 2000
@@ -279,9 +279,11 @@ def test_max_steps_past_int32_runs_exactly(monkeypatch):
         out = solve(max_steps)
         assert (out.steps_taken, out.converged, out.finite) == (steps, True, True), max_steps
         np.testing.assert_array_equal(out.state.to_numpy(), want)
-    out = jax.jit(lambda u: pgas.run_until(jacobi1d, u, done, 10**12, check_every=8))(
-        pgas.from_numpy(a, mesh, boundary=pgas.Keep())
-    )
+
+    def until(u):  # inside jax.jit: an int64 counter
+        return pgas.run_until(jacobi1d, u, done, 10**12, check_every=8, steps_per_exchange=2)
+
+    out = jax.jit(until)(pgas.from_numpy(a, mesh, boundary=pgas.Keep()))
     assert (int(out.steps_taken), bool(out.converged)) == (steps, True)
     np.testing.assert_array_equal(out.state.to_numpy(), want)
 
@@ -344,8 +346,11 @@ def test_a_loop_inside_a_step_compiles_into_one_program_as_a_python_loop_runs():
         inner[1:-1] = inner[1:-1] * 0.5
         return inner
 
+    def inner_step(v):  # a closure over b
+        return jacobi(v, b)
+
     def with_closure(u):
-        return pgas.run(lambda v: jacobi(v, b), u, 3)
+        return pgas.run(inner_step, u, 3)
 
     u0 = pgas.from_numpy(np.arange(11.0), mesh, boundary=pgas.Keep())
     want_p, want_c = u0, u0

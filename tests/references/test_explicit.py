@@ -35,13 +35,16 @@ def test_heat_explicit_equals_numpy(devices, dtype):
 
 
 # either axis split alone (the other wrapped locally, as both are on one device); both split,
-# unevenly (3x2; 2x4 is the same path); one device: test_heat_explicit_equals_numpy
+# unevenly (3x2; 2x4 is the same path); one device: test_heat_explicit_equals_numpy. k = 2:
+# four groups on a halo two deep, corners included ("auto", 8, runs one group of 8 steps: the
+# same loop, a longer body)
 @pytest.mark.parametrize("mesh_shape", [(1, 2), (2, 1), (3, 2)])
 def test_life_explicit_equals_numpy(mesh_shape):
     b0 = (np.random.default_rng(2).random((37, 53)) < 0.4).astype(np.uint8)
     mesh = pgas.make_mesh(("y", "x"), shape=mesh_shape, devices=int(np.prod(mesh_shape)))
     g = pgas.from_numpy(b0, mesh, boundary=pgas.Periodic())
-    np.testing.assert_array_equal(explicit.run(life_kernel, g, 8).to_numpy(), life_numpy(b0, 8))
+    out = explicit.run(life_kernel, g, 8, steps_per_exchange=2).to_numpy()
+    np.testing.assert_array_equal(out, life_numpy(b0, 8))
 
 
 def _same_collectives(auto, expl):
@@ -70,18 +73,16 @@ def test_life_same_hlo_collectives_as_auto():
 def test_exchange_halo_boundaries():
     x = np.arange(10.0)
     mesh = pgas.make_mesh(("x",), devices=3)
-    # under jax.jit: one program per call (run eagerly, shard_map compiles every operation)
-    left_of = jax.jit(lambda v: explicit.step(lambda e: e[2:-2] * 0 + e[:-4], v, halo=2))
-    right_of = jax.jit(lambda v: explicit.step(lambda e: e[4:], v, halo=2))
+    # both reads under one jax.jit: one program per boundary (run eagerly, shard_map compiles
+    # every operation)
+    reads = jax.jit(lambda v: (explicit.step(lambda e: e[2:-2] * 0 + e[:-4], v, halo=2),
+                               explicit.step(lambda e: e[4:], v, halo=2)))  # fmt: skip
     for bc, left, right in [(pgas.Dirichlet(-1.0), [-1.0, -1.0], [-1.0, -1.0]),
                             (pgas.Neumann(), [1.0, 0.0], [9.0, 8.0]),
                             (pgas.Periodic(), [8.0, 9.0], [0.0, 1.0])]:  # fmt: skip
-        u = pgas.from_numpy(x, mesh, boundary=bc)
-        ext = left_of(u)  # reads 2 to the left
-        assert ext.to_numpy()[:2].tolist() == left
-        u = pgas.from_numpy(x, mesh, boundary=bc)
-        ext = right_of(u)  # reads 2 to the right
-        assert ext.to_numpy()[-2:].tolist() == right
+        left_of, right_of = reads(pgas.from_numpy(x, mesh, boundary=bc))
+        assert left_of.to_numpy()[:2].tolist() == left  # reads 2 to the left
+        assert right_of.to_numpy()[-2:].tolist() == right  # reads 2 to the right
 
 
 def test_explicit_errors():
@@ -124,12 +125,13 @@ ONE_SIDED = {  # kernel, halo, region, boundary, the same step in global view, N
 }  # fmt: skip
 
 
-# k = 1, an even k (4) and an odd one (3), and "auto" on 37 cells, capped at the smallest block
-# (9; 4 for two_below); on 203 cells "auto" is 16, a longer group of the same loop as k = 4.
-# The automatic path runs "auto" on 37 cells, bitwise the explicit one's (and NumPy's; these
-# steps at k = 1, 3 and "auto" on 4 devices against NumPy: tests/loop/test_sides.py)
+# k = 1, an even k (4) and an odd one (3), and "auto" on 25 cells (7 + 6 + 6 + 6), capped at
+# the smallest block (6; 3 for two_below); on 203 cells "auto" is 16, a longer group of the same
+# loop as k = 4. The automatic path runs "auto" on 25 cells (6, even; 3, odd, for two_below),
+# bitwise the explicit one's (and NumPy's; these steps at k = 1, 3 and "auto" on 4 devices
+# against NumPy: tests/loop/test_sides.py)
 @pytest.mark.parametrize("name", list(ONE_SIDED))
-@pytest.mark.parametrize("n, devices, ks", [(203, 2, (1, 4)), (37, 4, (3, "auto"))])
+@pytest.mark.parametrize("n, devices, ks", [(203, 2, (1, 4)), (25, 4, (3, "auto"))])
 def test_one_sided_explicit_equals_numpy_and_auto(name, n, devices, ks):
     kernel, halo, region, bc, step, reference = ONE_SIDED[name]
     x0 = np.random.default_rng(n).random(n)
@@ -139,7 +141,7 @@ def test_one_sided_explicit_equals_numpy_and_auto(name, n, devices, ks):
         u = pgas.from_numpy(x0, mesh, boundary=bc)
         out = explicit.run(kernel, u, 23, halo=halo, region=region, steps_per_exchange=k)
         np.testing.assert_array_equal(out.to_numpy(), want, err_msg=f"k = {k}")
-    if n == 37:
+    if n == 25:
         auto = pgas.run(step, pgas.from_numpy(x0, mesh, boundary=bc), 23, steps_per_exchange="auto")
         np.testing.assert_array_equal(auto.to_numpy(), want)
 
@@ -298,19 +300,21 @@ def _jacobi_steps(x, tol, every, max_steps):
 
 def test_run_follows_a_module_level_number(monkeypatch, compiles):
     """A kernel reading a module global runs with its value at the call (it ran with the value
-    of the first call: the program was cached per kernel); the same value, the same program."""
+    of the first call: the program was cached per kernel); the same value, the same program.
+    k = 1 ("auto" would be one group of all 12 steps: blocks of 12 cells)."""
     mesh = pgas.make_mesh(("x",), devices=2)
     for c in (0.1, 0.3):
         monkeypatch.setattr(HERE, "C", c)
         u = pgas.from_numpy(X0, mesh, boundary=pgas.Keep())
-        out = explicit.run(_heat_c, u, 12)
+        out = explicit.run(_heat_c, u, 12, steps_per_exchange=1)
         np.testing.assert_allclose(out.to_numpy(), _heat_numpy(X0, c, 12), rtol=1e-13)
         state = {"u": pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), "n": 0}
         out = explicit.run(_heat_c_state, state, 12)
         np.testing.assert_allclose(out["u"].to_numpy(), _heat_numpy(X0, c, 12), rtol=1e-13)
         assert int(out["n"]) == 12
     compiles.clear()
-    explicit.run(_heat_c, pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), 12).to_numpy()
+    u = pgas.from_numpy(X0, mesh, boundary=pgas.Keep())
+    explicit.run(_heat_c, u, 12, steps_per_exchange=1).to_numpy()
     assert compiles == []  # C unchanged: the program of the last call
 
 
@@ -321,7 +325,7 @@ def test_run_until_follows_a_module_level_tol(monkeypatch):
         monkeypatch.setattr(HERE, "TOL", tol)
         want = _jacobi_steps(X0, tol, 4, 2000)
         u = pgas.from_numpy(X0, mesh, boundary=pgas.Keep())
-        out = explicit.run_until(_jacobi, u, _small, 2000, check_every=4)
+        out = explicit.run_until(_jacobi, u, _small, 2000, check_every=4, steps_per_exchange=1)
         assert out.converged and out.steps_taken == want, tol
         state = {"u": pgas.from_numpy(X0, mesh, boundary=pgas.Keep()), "top": 1.0}
         out = explicit.run_until(_jacobi_state, state, _small_state, 2000, check_every=4)
@@ -363,15 +367,18 @@ def test_a_state_holding_one_array_twice_runs(twice):
 
 
 def test_a_field_that_is_also_a_param_runs():
-    """The donated field given again in params (read, not consumed) crashed the same way."""
+    """The donated field given again in params (read, not consumed) crashed the same way.
+    One step per exchange and per check ("auto", 4 and 64, would compile a group and a loop
+    body that 3 steps never reach)."""
     x0 = np.arange(8.0)
     mesh = pgas.make_mesh(("x",), devices=2)
     b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
-    out = explicit.run(lambda e, p: e[1:-1] + p[1:-1], b, 3, params=b)
+    out = explicit.run(lambda e, p: e[1:-1] + p[1:-1], b, 3, steps_per_exchange=1, params=b)
     np.testing.assert_array_equal(out.to_numpy(), 4 * x0)
     b = pgas.from_numpy(x0, mesh, boundary=pgas.Periodic())
     with pytest.warns(pgas.NonConvergenceWarning):
         out = explicit.run_until(lambda e, p: e[1:-1] + p[1:-1], b,
-                                 lambda e, p, reduce: reduce(e[1:-1]) < 0, 3, params=b)  # fmt: skip
+                                 lambda e, p, reduce: reduce(e[1:-1]) < 0, 3, check_every=1,
+                                 params=b)  # fmt: skip
     np.testing.assert_array_equal(out.state.to_numpy(), 4 * x0)
     np.testing.assert_array_equal(b.to_numpy(), x0)  # the param is left as it was

@@ -47,6 +47,13 @@ def field(a, mesh):
     return pgas.from_numpy(a, mesh, spec=("y", "x"), boundary=pgas.Keep())
 
 
+def whole_checks(max_steps: int, every: int) -> int:
+    """``max_steps`` less its part group (the ``max_steps % every`` steps after the last whole
+    check, a second copy of the loop's steps and check in its program): a run that converges
+    before never reaches it (the max_steps tests below run one)."""
+    return max_steps - max_steps % every
+
+
 # Each mesh with the k that take another path there: k = 1; k = 4, two groups per check;
 # "auto" with check_every = 6, lowered to divide it (to 2 on 1 and 1x3 devices, to 1 on 3x1).
 # The 3-device cases are the MPI launch's (the same programs, run again below); 2x2 runs
@@ -58,13 +65,14 @@ def field(a, mesh):
 ])  # fmt: skip
 def test_explicit_jacobi_same_steps_and_bits_as_numpy_and_auto(devices, shape, check_every, k):
     mesh = pgas.make_mesh(("y", "x"), shape=shape, devices=devices)
-    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 2000,
+    max_steps = whole_checks(2000, check_every)  # as the MPI test runs these programs
+    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, max_steps,
                              check_every=check_every, steps_per_exchange=k,
                              params=field(F, mesh))  # fmt: skip
     want, steps = jacobi_numpy(F, check_every, 2000)
     assert out.converged and out.steps_taken == steps and steps % check_every == 0
     np.testing.assert_array_equal(out.state.to_numpy(), want)
-    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, 2000,
+    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, max_steps,
                           check_every=check_every, params=field(F, mesh))  # fmt: skip
     assert auto.steps_taken == steps
     np.testing.assert_array_equal(auto.state.to_numpy(), out.state.to_numpy())
@@ -81,9 +89,10 @@ def test_explicit_max_steps_reached_warns_and_runs_the_rest():
 
 def test_explicit_auto_check_every_as_on_the_automatic_path():
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
-    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 2000,
+    # max_steps 1980: whole checks of the 66 steps "auto" picks here (k = 6), converging at 330
+    out = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, 1980,
                              params=field(F, mesh))  # fmt: skip
-    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, 2000,
+    auto = pgas.run_until(step, field(np.zeros_like(F), mesh), auto_converged, 1980,
                           params=field(F, mesh))  # fmt: skip
     assert out.check_every == auto.check_every and out.steps_taken == auto.steps_taken
     np.testing.assert_array_equal(auto.state.to_numpy(), out.state.to_numpy())
@@ -93,10 +102,13 @@ def test_explicit_auto_check_every_as_on_the_automatic_path():
 
 
 def test_explicit_one_all_reduce_per_check_in_the_compiled_loop():
+    """The loop explicit.run_until ran in the test above (k = 6, a check every 66 steps, up to
+    1980: its program) all-reduces once per check and gathers nothing; with two reductions
+    (k = 1, a check every 4 steps), twice."""
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
-    u, f = field(np.zeros((12, 12)), mesh), field(np.ones((12, 12)), mesh)
+    u, f = field(np.zeros_like(F), mesh), field(F, mesh)
     layout = u.layout
-    prog = explicit.until_program(kernel, converged, layout, (1, 1), None, 1, 4, 100,
+    prog = explicit.until_program(kernel, converged, layout, (1, 1), None, 6, 66, 1980,
                                   jax.tree.structure(0), (layout,))  # fmt: skip
     hlo = prog.lower(u.data, f.data).compile().as_text()
     assert hlo.count(" all-reduce(") == 1 and hlo.count(" all-gather(") == 0
@@ -157,6 +169,8 @@ def test_mpi_jacobi_same_steps_and_bits_as_numpy_and_the_jax_backends(name):
     checks = -(-steps // meta["check_every"])
     assert meta["allreduces"] == checks  # one Allreduce per check (one reduction in it)
     mesh = pgas.make_mesh(("y", "x"), shape=tuple(dims), devices=3)
+    if meta["converged"]:  # whole checks (rows_max_steps_21 reaches max_steps: all of it)
+        max_steps = whole_checks(max_steps, meta["check_every"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         expl = explicit.run_until(kernel, field(np.zeros_like(F), mesh), converged, max_steps,
@@ -364,8 +378,9 @@ def test_explicit_cg_two_reproducible_sums_are_four_all_reduces_per_step():
     state = cg_state(mesh)
     keys = tuple(state)
     layouts = tuple(v.layout if isinstance(v, pgas.GlobalArray) else None for v in state.values())
+    # max_steps 200: the program explicit.run_until runs in the CG tests above
     prog = explicit.state_until_program(uc.cg_kernel, uc.cg_converged, keys, layouts, (1, 1),
-                                        None, 1, 100)  # fmt: skip
+                                        None, 1, 200)  # fmt: skip
     leaves = tuple(v.data if isinstance(v, pgas.GlobalArray) else v for v in state.values())
     hlo = prog.lower(leaves).compile().as_text()
     assert hlo.count(" all-reduce(") == 4 and hlo.count(" all-gather(") == 0
@@ -486,7 +501,9 @@ def test_mpi_run_with_a_field_param_is_numpy_and_the_jax_backends_bitwise(name):
         u[1:-1, 1:-1] = uc.scaled_kernel(u, p) if as_dict else kernel(u, p)
         return u
 
-    auto = pgas.run(auto_step, field(np.zeros_like(F), mesh), uc.RUN_STEPS, params=params)
+    # the case's k on every backend: 1 on rows, "auto" on columns (deep groups, a params dict)
+    auto = pgas.run(auto_step, field(np.zeros_like(F), mesh), uc.RUN_STEPS, params=params,
+                    steps_per_exchange=k)  # fmt: skip
     np.testing.assert_array_equal(auto.to_numpy(), want)
     expl = explicit.run(uc.scaled_kernel if as_dict else kernel, field(np.zeros_like(F), mesh),
                         uc.RUN_STEPS, region=(slice(1, -1), slice(1, -1)),
@@ -527,13 +544,14 @@ def test_mpi_run_names_a_bad_param():
 def test_explicit_reduce_of_nan_and_inf_in_every_block_position_is_numpys(devices, shape, dims):
     """reduce(x, "max"/"min"/"sum") inside explicit.run_until: NumPy's answer (NaN for a NaN
     anywhere, the block that held it not dropped), one program per mesh (the answer is a
-    param); the check is then not finite, and the loop says so."""
+    param); the check is then not finite, and the loop says so. check_every = 1: the one
+    step and its check (with "auto", 64, the program holds a loop max_steps = 1 never enters)."""
     names = ("x",) if len(shape) == 1 else ("y", "x")
     mesh = pgas.make_mesh(names, shape=dims, devices=devices)
     for a in uc.nonfinite_cases(shape, dims):
         u = pgas.from_numpy(a, mesh, boundary=pgas.Periodic())
         with pytest.warns(pgas.NonFiniteWarning, match="stopped at step 1"):
-            out = explicit.run_until(uc.nonfinite_kernel, u, uc.nonfinite_test, 1,
+            out = explicit.run_until(uc.nonfinite_kernel, u, uc.nonfinite_test, 1, check_every=1,
                                      params=jax.numpy.asarray(uc.numpy_reductions(a)))  # fmt: skip
         assert out.converged and not out.finite, a
 
