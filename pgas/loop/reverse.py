@@ -43,7 +43,11 @@ so a run with a Neumann face is not run back here
 Cost. The adjoint step runs one step per exchange, and JAX's transpose of a
 window read is a ``pad``: on XLA's CPU a sum of pads costs several times the
 forward's slices, and a deep-halo group of adjoint steps fused worse still
-(benchmarks/README.md, "pgas inside JAX").
+(benchmarks/README.md, "pgas inside JAX"). Groups of ``g`` steps recomputed and
+run back per exchange were tried: XLA fuses each step of a group into the reads
+of the next, recomputing it there (three reads a step), unless every state is
+written out, and written out they were no faster on a 2-core CPU than one step
+per exchange (CHANGELOG, issue 33).
 
 Params and captured arrays are read by the adjoint steps as the forward reads
 them (extended once per segment, :func:`pgas.loop.frames.loop_inputs`). This
