@@ -46,8 +46,10 @@ forward's slices, and a deep-halo group of adjoint steps fused worse still
 (benchmarks/README.md, "pgas inside JAX"). Groups of ``g`` steps recomputed and
 run back per exchange were tried: XLA fuses each step of a group into the reads
 of the next, recomputing it there (three reads a step), unless every state is
-written out, and written out they were no faster on a 2-core CPU than one step
-per exchange (CHANGELOG, issue 33).
+written out; written out, with each cotangent written into a buffer (an adjoint
+fusion ending in a ``pad`` costs about five times one ending in a slice), they
+were faster for 1-D Burgers and slower for 2-D Gray-Scott on a 2-core CPU
+(CHANGELOG, issue 33).
 
 Params and captured arrays are read by the adjoint steps as the forward reads
 them (extended once per segment, :func:`pgas.loop.frames.loop_inputs`). This
