@@ -60,6 +60,7 @@ from pgas.globalview.array import GlobalArray
 from pgas.globalview.forms import anchor_of, blocks_of, physical_of
 from pgas.globalview.halo import Transport, extend, refill
 from pgas.globalview.lower import holding
+from pgas.globalview.messages import together
 from pgas.globalview.mirrors import deferring_mirrors
 from pgas.globalview.view import View
 from pgas.grid.decomposition import Ext, ext_of, ext_pair, ext_sides
@@ -162,7 +163,8 @@ def hold(mesh, halo: tuple[int, ...]) -> bool:
 
 def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
            fields: tuple[Sides, ...] | None = None,
-           moves: Callable[[int, bool], Transport] | None = None) -> State:  # fmt: skip
+           moves: Callable[[int, bool], Transport] | None = None,
+           joined: bool = False) -> State:  # fmt: skip
     """Every field extended by ``halo[i]`` cells (an int: on both sides, else ``(below,
     above)``): one exchange per split axis, only the cells kept.
 
@@ -176,38 +178,41 @@ def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
     :class:`pgas.GlobalArray`). ``fields``: each field's own reach ``(below,
     above)`` per axis instead (in the order of the state's fields,
     :attr:`pgas.loop.plan.Plan.fields`); a field read at no offset is its plain
-    block, with nothing exchanged.
+    block, with nothing exchanged. ``joined``: the slabs of fields of one layout and dtype
+    travel together, one message per side and axis for all of them
+    (:func:`pgas.globalview.messages.together`; the way back, :mod:`pgas.loop.reverse`);
+    otherwise each field sends its own, as the CPU's double-buffered loop does (joined,
+    its in-place exchange made XLA copy the buffers).
     """
-    if fields is not None:
-        found, tree = jax.tree.flatten(state, is_leaf=_is_array)
-        each = iter(fields)
-        found = [_framed_field(g, next(each), anchor) if _is_array(g) else g for g in found]
-        return tree.unflatten(found)
-
-    def one(g: GlobalArray) -> GlobalArray:
-        lay = g.layout
-        blocks, ext = blocks_of(g)
+    leaves, tree = jax.tree.flatten(state, is_leaf=_is_array)
+    each = None if fields is None else iter(fields)
+    fields = [i for i, g in enumerate(leaves) if _is_array(g)]
+    data, own = {}, {}
+    for i in fields:
+        data[i], ext = blocks_of(leaves[i])
         if any(lo or hi for lo, hi in ext):
             raise PgasError("internal: frames() takes fields without halo")
-        own = ext_sides(halo[: lay.ndim])
-        for axis, (below, above) in enumerate(own):
-            if below or above:
-                move = None if moves is None else moves(axis, lay.boundary[axis][0].periodic)
-                blocks = extend(blocks, axis, (below, above), lay.axes[axis],
-                                lay.boundary[axis], lay.block_iota(axis), move)  # fmt: skip
-        if hold(lay.mesh, tuple(lo + hi for lo, hi in own)):
+        own[i] = ext_sides(halo[: leaves[i].layout.ndim]) if each is None else next(each)
+    for axis in range(max((leaves[i].layout.ndim for i in fields), default=0)):
+
+        def run(i, move, axis=axis):
+            lay = leaves[i].layout
+            return extend(data[i], axis, own[i][axis], lay.axes[axis], lay.boundary[axis],
+                          lay.block_iota(axis), move)  # fmt: skip
+
+        going = [i for i in fields if axis < leaves[i].layout.ndim and any(own[i][axis])]
+        if joined:
+            data.update(together(going, [leaves[i].layout for i in going], axis, moves, run))
+            continue
+        for i in going:
+            periodic = leaves[i].layout.boundary[axis][0].periodic
+            data[i] = run(i, None if moves is None else moves(axis, periodic))
+    for i in fields:
+        lay, blocks, kept = leaves[i].layout, data[i], tuple(lo + hi for lo, hi in own[i])
+        if any(kept) and hold(lay.mesh, kept):
             blocks = jax.lax.optimization_barrier(blocks)
-        return GlobalArray(blocks, lay, ext_of(own), anchor)
-
-    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
-
-
-def _framed_field(g: GlobalArray, sides: Sides, anchor: jax.Array | None = None) -> GlobalArray:
-    """One field framed for a reach of ``sides``: only those cells kept and exchanged; a
-    field read at no offset is its plain block, nothing exchanged."""
-    if not any(lo or hi for lo, hi in sides):
-        return GlobalArray(blocks_of(g)[0], g.layout, ext_of(sides), anchor)
-    return frames(g, ext_of(sides), anchor)
+        leaves[i] = GlobalArray(blocks, lay, ext_of(own[i]), anchor)
+    return tree.unflatten(leaves)
 
 
 def cores(state: State) -> State:
@@ -327,17 +332,21 @@ def _seen(g: GlobalArray, ext: Ext, data, anchor) -> GlobalArray:
     return GlobalArray(data, g.layout, ext_of(want), anchor)
 
 
-def _refresh(g: GlobalArray, transport=None, corners_later: bool = False) -> jax.Array:
-    """``g``'s buffer with its whole halo exchanged in place; ``corners_later``: the slabs of
-    each axis carry only the block's cells of the later axes, whose own exchange comes after
-    and sends the corners."""
-    lay, data = g.layout, g.data
-    for axis, e in enumerate(g.ext):
-        if any(ext_pair(e)):
-            trim = _later(lay, g.ext, axis) if corners_later else None
-            data = refill(data, axis, e, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
-                          transport, trim)  # fmt: skip
-    return data
+def _refreshed(xs: list, transport=None, corners_later: bool = False) -> list:
+    """The buffers of the fields ``xs`` with their whole halo exchanged in place;
+    ``corners_later``: the slabs of each axis carry only the block's cells of the later
+    axes, whose own exchange comes after and sends the corners. Each field sends its own
+    slabs (see :func:`frames`)."""
+    out = []
+    for x in xs:
+        lay, data = x.layout, x.data
+        for axis, e in enumerate(x.ext):
+            if any(ext_pair(e)):
+                trim = _later(lay, x.ext, axis) if corners_later else None
+                data = refill(data, axis, e, lay.axes[axis], lay.boundary[axis],
+                              lay.block_iota(axis), transport, trim)  # fmt: skip
+        out.append(data)
+    return out
 
 
 def _later(layout, ext: Ext, axis: int) -> dict[int, tuple[int, int]] | None:
@@ -359,11 +368,10 @@ def refreshed(state: State) -> State:
     this, reads of shifted views come from the buffer itself, with no extended
     copy (one slab exchange per side, as at the start of a group).
     """
-
-    def one(g: GlobalArray) -> GlobalArray:
-        return GlobalArray(_refresh(g), g.layout, g.ext)
-
-    return jax.tree.map(_fields(one), state, is_leaf=_is_array)
+    leaves, tree = jax.tree.flatten(state, is_leaf=_is_array)
+    new = iter(_refreshed([g for g in leaves if _is_array(g)]))
+    return tree.unflatten([GlobalArray(next(new), g.layout, g.ext) if _is_array(g) else g
+                           for g in leaves])  # fmt: skip
 
 
 def _at(have: Ext, ext: Ext, ndim: int) -> list[int]:
@@ -404,7 +412,7 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
         spare = [y.data for y in tree.flatten_up_to(pair[1])]
         # the whole halo, written in place
-        now = [_refresh(x, transport, sides is not None) for x in xs]
+        now = _refreshed(xs, transport, sides is not None)
         ext = [reach[: x.layout.ndim] for x in xs]
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]
@@ -448,7 +456,7 @@ def read_only(params: Any, widths: tuple[int, ...] | None, k: int,
     if inputs is not None and k == 1:
         found, tree = jax.tree.flatten(params, is_leaf=_is_array)
         each = iter(inputs)
-        found = [_framed_field(g, next(each)) if _is_array(g) and g.ext is None else g
+        found = [frames(g, (), fields=(next(each),)) if _is_array(g) and g.ext is None else g
                  for g in found]  # fmt: skip
         return tree.unflatten(found)
 

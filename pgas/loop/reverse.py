@@ -29,7 +29,8 @@ is extended by ``below + above`` cells per side and the cotangent by the reach
 collective-permutes). The state's frame is exchanged once: the recomputed step
 runs on it (:func:`recompute`) and the segment keeps the slabs it received, from
 which the adjoint step builds the same frame again; so a step back exchanges the
-state once and the cotangent once. ``jax.vjp`` of the step on that frame
+state once and the cotangent once, the slabs of fields of one layout and dtype
+in one message (``frames(..., joined=True)``). ``jax.vjp`` of the step on that frame
 takes the cotangent of the cells the step writes back to the frame, and every
 cell of the block then has its full sum: each cell that reads it lies in the
 frame the cotangent is given on. The block's own cells are kept; no cell of
@@ -177,7 +178,7 @@ def recompute(body: Callable, reach: Sides) -> Callable:
     def one(u, counter=None):
         slabs: list = []
         framed = frames(u, ext_u, None if counter is None else anchor_of(counter),
-                        moves=_recording(slabs))  # fmt: skip
+                        moves=_recording(slabs), joined=True)  # fmt: skip
         return cores(body(framed)), slabs
 
     return one
@@ -228,7 +229,7 @@ def adjoint_step(body: Callable, reach: Sides) -> Callable:
 
     def back(u, w, counter, slabs):
         anchor = None if counter is None else anchor_of(counter)
-        framed = frames(u, ext_u, anchor, moves=_replaying(slabs))
+        framed = frames(u, ext_u, anchor, moves=_replaying(slabs), joined=True)
         framed, tree = jax.tree.flatten(framed, is_leaf=_is_array)
 
         def forward(datas):
@@ -240,8 +241,8 @@ def adjoint_step(body: Callable, reach: Sides) -> Callable:
                 out.append(narrowed(data, ext, mirrored[: g.layout.ndim]))
             return out
 
-        given = [frames(g, ext_of(mirrored[: g.layout.ndim]), anchor).data
-                 for g in tree.flatten_up_to(w)]  # fmt: skip
+        framed_w = frames(w, ext_of(mirrored), anchor, joined=True)  # the cotangent's frame
+        given = [g.data for g in tree.flatten_up_to(framed_w)]
         ct = jax.vjp(forward, [g.data for g in framed])[1](given)[0]
         out = [GlobalArray(narrowed(d, ext_sides(f.ext), ((0, 0),) * f.layout.ndim), f.layout,
                            (0,) * f.layout.ndim)

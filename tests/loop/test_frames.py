@@ -39,3 +39,34 @@ def test_hold_the_extended_block_on_cpu_and_for_2d_halos_on_gpu():
     gpu = SimpleNamespace(devices=np.array([SimpleNamespace(platform="cuda")]))
     assert hold(gpu, (1, 1)) and not hold(gpu, (2,)) and not hold(gpu, (0, 3))
     assert hold(pgas.make_mesh(devices=1), (2,))
+
+
+def test_fields_of_one_layout_and_dtype_send_their_slabs_together():
+    import re
+
+    import jax
+
+    mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
+    rng = np.random.default_rng(5)
+    xs = {"u": rng.random((9, 10)), "v": rng.random((9, 10)),  # uneven blocks: 5/4 by 5/5
+          "w": rng.random((9, 10)).astype(np.float32)}  # fmt: skip
+    state = blocks({name: pgas.from_numpy(x, mesh, boundary=pgas.Keep()) for name, x in xs.items()})
+
+    def framing(joined):
+        return jax.jit(
+            lambda s: {n: g.data for n, g in frames(s, (2, (1, 0)), joined=joined).items()}
+        )
+
+    def permutes(fn):
+        hlo = fn.lower(state).compile().as_text()
+        return sorted(re.findall(r"= (\w+\[[\d,]*\])\S* collective-permute\(", hlo))
+
+    # per device: u and v (float64) together, w (float32) alone; along y both sides (2 cells
+    # each, a block 5 wide), along x the side below (1 cell, the y-extended 9 rows): 6
+    # messages, where one a field (not joined) is 9
+    want = ["f64[1,4,1,5]"] * 2 + ["f32[1,2,1,5]"] * 2 + ["f64[1,9,1,2]", "f32[1,9,1,1]"]
+    assert permutes(framing(True)) == sorted(want)
+    assert len(permutes(framing(False))) == 9
+    together = framing(True)(state)
+    for name, g in state.items():  # each field exactly as framed alone
+        np.testing.assert_array_equal(together[name], frames(g, (2, (1, 0))).data, err_msg=name)
