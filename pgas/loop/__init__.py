@@ -7,7 +7,8 @@ Contract: :func:`~pgas.loop.timeloop.run` runs a step as one XLA program
 loop; a state holds fields and scalars (:mod:`~pgas.loop.scalars`);
 :func:`~pgas.loop.plan.plan` decides once how a step is compiled (its reach,
 ``k`` steps per exchange, buffering) and says why; :mod:`~pgas.loop.frames`
-builds the extended blocks a group of sub-steps reads;
+builds the extended blocks a group of sub-steps reads (on the CPU carried in two
+buffers, :mod:`~pgas.loop.buffers`);
 :func:`~pgas.loop.report.comm_report` counts the collectives of the compiled
 program against the ideal halo bytes.
 """

@@ -82,7 +82,7 @@ def model(min_block: Sequence[int], widths: Sequence[int], platform: str,
           double: bool = False) -> int:  # fmt: skip
     """The ``k`` ``"auto"`` picks before the block-size cap (the model; see the module docstring).
 
-    ``double``: the loop is double-buffered (:func:`pgas.frames.double_buffered`).
+    ``double``: the loop is double-buffered (:func:`pgas.loop.buffers.double_buffered`).
 
     >>> model((2**22,), (1,), "cpu"), model((4096, 4096), (1, 1), "cpu", double=True)
     (16, 4)
@@ -120,7 +120,7 @@ def choose_steps_per_exchange(
         min_block: cells of the smallest block along each axis.
         widths: halo cells one step reads across each axis (0: not read across).
         platform: ``"cpu"`` or ``"gpu"`` (:func:`pgas.mesh.platform_of`).
-        double: the loop is double-buffered (:func:`pgas.frames.double_buffered`).
+        double: the loop is double-buffered (:func:`pgas.loop.buffers.double_buffered`).
 
     Returns:
         A :class:`Choice`. An int request is lowered (and says so in ``note``)

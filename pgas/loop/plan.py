@@ -48,8 +48,9 @@ from pgas.errors import FrameError, HaloError, PgasError
 from pgas.globalview.array import GlobalArray
 from pgas.globalview.reduce import traced_reductions
 from pgas.grid.mesh import platform_of
+from pgas.loop.buffers import double_buffered
 from pgas.loop.choice import AUTO, Choice, check_steps_per_exchange, choose_steps_per_exchange
-from pgas.loop.frames import double_buffered, step_fn
+from pgas.loop.frames import step_fn
 from pgas.loop.outside import numbers_read
 from pgas.loop.probe import measure_reach
 from pgas.loop.scalars import has_scalars
@@ -70,7 +71,7 @@ class Plan:
         halo: cells exchanged per side and axis once per ``k`` steps (``k * widths``).
         platform: ``"cpu"`` or ``"gpu"``.
         double: the loop carries every field extended, in two buffers
-            (:func:`pgas.loop.frames.double_group`); decided here, once, and
+            (:func:`pgas.loop.buffers.double_group`); decided here, once, and
             only ever true at ``k > 1``.
         sides: the step's reach per side, ``(below, above)`` per axis, each at
             most ``widths``; ``None``: ``widths`` on both sides.
@@ -152,7 +153,7 @@ def plan(step, state, steps_per_exchange: int | str = AUTO, double: bool | None 
         state: a :class:`pgas.GlobalArray` or a pytree of them.
         steps_per_exchange: ``k`` (an int >= 1) or ``"auto"``.
         double: whether the loop may be double-buffered (default: where the
-            platform has it, :func:`pgas.loop.frames.double_buffered`).
+            platform has it, :func:`pgas.loop.buffers.double_buffered`).
             The plan records the decision (:attr:`Plan.double`).
         params: what :func:`pgas.run` passes as ``step(state, params)`` (``None``:
             ``step(state)``); a read-only :class:`pgas.GlobalArray` in it counts as

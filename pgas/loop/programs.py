@@ -18,7 +18,7 @@ single steps. A run of ``steps`` steps is ``steps // k`` such groups and
 ``steps % k`` single steps.
 
 Buffers. On the CPU at ``k > 1`` the loop is double-buffered
-(:func:`pgas.loop.frames.double_group`): it carries every field already
+(:func:`pgas.loop.buffers.double_group`): it carries every field already
 extended, in two buffers, exchanges the halo slabs in place and writes each
 sub-step into the other buffer, so each sub-step is one pass over the block
 and a device holds two extended blocks (:func:`pgas.loop.timeloop.compiled`
@@ -43,15 +43,13 @@ import jax.numpy as jnp
 
 from pgas.globalview.array import GlobalArray
 from pgas.loop import counts
+from pgas.loop.buffers import double_group, framed, refreshed
 from pgas.loop.frames import (
     blocks,
-    double_group,
     frame_ext,
-    framed,
     group,
     loop_inputs,
     physical,
-    refreshed,
     step_fn,
     step_params,
 )
@@ -138,7 +136,7 @@ def program(step: Callable, k: int, widths: tuple[int, ...] | None, every: int |
         every: steps per snapshot, or ``None``.
         observe: what a snapshot keeps (default: the state).
         double: carry the fields extended, in two buffers
-            (:func:`pgas.loop.frames.double_group`; CPU, ``k > 1``).
+            (:func:`pgas.loop.buffers.double_group`; CPU, ``k > 1``).
         transport: how the double-buffered loop's halo slabs travel between
             blocks, a :data:`pgas.globalview.halo.Transport`; default the
             collective-permutes of the global view. ``lambda slab, direction:
@@ -215,7 +213,7 @@ def _double(step: Callable, k: int, widths: tuple[int, ...], every: int | None,
             look: Callable, transport: Callable | None = None,
             takes_params: bool = False, fields: tuple = (),
             sides: tuple | None = None) -> Program:  # fmt: skip
-    """The double-buffered loop (see :func:`pgas.loop.frames.double_group`).
+    """The double-buffered loop (see :func:`pgas.loop.buffers.double_group`).
 
     Every physical step writes a field into its other buffer, so a field is
     back in the buffer it started in after an even number of steps. The loop
