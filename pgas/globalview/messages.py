@@ -29,8 +29,9 @@ def together(ids: list, layouts: list, axis: int,
 
     ``run(i, transport)`` extends or refills field ``i`` along ``axis``
     (:func:`pgas.globalview.halo.extend`, :func:`~pgas.globalview.halo.refill`). It is
-    called twice for a field that travels with others: first to see the slabs it sends
-    (that result is dropped, and XLA removes it), then with the slabs received.
+    called twice per field: first to see the slabs it sends (that result is dropped, and
+    XLA removes it), then with the slabs received, or, for a field that travels alone,
+    with the transport itself.
     ``moves(axis, periodic)``: the transport; ``None``: the global view's.
 
     >>> import numpy as np, pgas

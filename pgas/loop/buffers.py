@@ -99,21 +99,17 @@ def _seen(g: GlobalArray, ext: Ext, data, anchor) -> GlobalArray:
     return GlobalArray(data, g.layout, ext_of(want), anchor)
 
 
-def _refreshed(xs: list, transport=None, corners_later: bool = False) -> list:
-    """The buffers of the fields ``xs`` with their whole halo exchanged in place;
-    ``corners_later``: the slabs of each axis carry only the block's cells of the later
-    axes, whose own exchange comes after and sends the corners. Each field sends its own
-    slabs (see the module docstring)."""
-    out = []
-    for x in xs:
-        lay, data = x.layout, x.data
-        for axis, e in enumerate(x.ext):
-            if any(ext_pair(e)):
-                trim = _later(lay, x.ext, axis) if corners_later else None
-                data = refill(data, axis, e, lay.axes[axis], lay.boundary[axis],
-                              lay.block_iota(axis), transport, trim)  # fmt: skip
-        out.append(data)
-    return out
+def _refresh(g: GlobalArray, transport=None, corners_later: bool = False) -> jax.Array:
+    """``g``'s buffer with its whole halo exchanged in place, in its own messages (see the
+    module docstring); ``corners_later``: the slabs of each axis carry only the block's
+    cells of the later axes, whose own exchange comes after and sends the corners."""
+    lay, data = g.layout, g.data
+    for axis, e in enumerate(g.ext):
+        if any(ext_pair(e)):
+            trim = _later(lay, g.ext, axis) if corners_later else None
+            data = refill(data, axis, e, lay.axes[axis], lay.boundary[axis], lay.block_iota(axis),
+                          transport, trim)  # fmt: skip
+    return data
 
 
 def _later(layout, ext: Ext, axis: int) -> dict[int, tuple[int, int]] | None:
@@ -135,10 +131,8 @@ def refreshed(state: State) -> State:
     this, reads of shifted views come from the buffer itself, with no extended
     copy (one slab exchange per side, as at the start of a group).
     """
-    leaves, tree = jax.tree.flatten(state, is_leaf=_is_array)
-    new = iter(_refreshed([g for g in leaves if _is_array(g)]))
-    return tree.unflatten([GlobalArray(next(new), g.layout, g.ext) if _is_array(g) else g
-                           for g in leaves])  # fmt: skip
+    return jax.tree.map(lambda g: GlobalArray(_refresh(g), g.layout, g.ext) if _is_array(g)
+                        else g, state, is_leaf=_is_array)  # fmt: skip
 
 
 def _at(have: Ext, ext: Ext, ndim: int) -> list[int]:
@@ -179,7 +173,7 @@ def double_group(body: Callable, widths: tuple[int, ...], k: int, transport=None
         xs, tree = jax.tree.flatten(pair[0], is_leaf=_is_array)
         spare = [y.data for y in tree.flatten_up_to(pair[1])]
         # the whole halo, written in place
-        now = _refreshed(xs, transport, sides is not None)
+        now = [_refresh(x, transport, sides is not None) for x in xs]
         ext = [reach[: x.layout.ndim] for x in xs]
         for _ in range(k):
             state = [_seen(x, e, d, anchor) for x, e, d in zip(xs, ext, now)]

@@ -170,28 +170,28 @@ def frames(state: State, halo: Ext, anchor: jax.Array | None = None,
     """
     leaves, tree = jax.tree.flatten(state, is_leaf=_is_array)
     each = None if fields is None else iter(fields)
-    fields = [i for i, g in enumerate(leaves) if _is_array(g)]
+    arrays = [i for i, g in enumerate(leaves) if _is_array(g)]
     data, own = {}, {}
-    for i in fields:
+    for i in arrays:
         data[i], ext = blocks_of(leaves[i])
         if any(lo or hi for lo, hi in ext):
             raise PgasError("internal: frames() takes fields without halo")
         own[i] = ext_sides(halo[: leaves[i].layout.ndim]) if each is None else next(each)
-    for axis in range(max((leaves[i].layout.ndim for i in fields), default=0)):
+    for axis in range(max((leaves[i].layout.ndim for i in arrays), default=0)):
 
         def run(i, move, axis=axis):
             lay = leaves[i].layout
             return extend(data[i], axis, own[i][axis], lay.axes[axis], lay.boundary[axis],
                           lay.block_iota(axis), move)  # fmt: skip
 
-        going = [i for i in fields if axis < leaves[i].layout.ndim and any(own[i][axis])]
+        going = [i for i in arrays if axis < leaves[i].layout.ndim and any(own[i][axis])]
         if joined:
             data.update(together(going, [leaves[i].layout for i in going], axis, moves, run))
             continue
         for i in going:
             periodic = leaves[i].layout.boundary[axis][0].periodic
             data[i] = run(i, None if moves is None else moves(axis, periodic))
-    for i in fields:
+    for i in arrays:
         lay, blocks, kept = leaves[i].layout, data[i], tuple(lo + hi for lo, hi in own[i])
         if any(kept) and hold(lay.mesh, kept):
             blocks = jax.lax.optimization_barrier(blocks)
