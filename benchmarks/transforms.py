@@ -14,9 +14,11 @@ In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
 - a new ``params`` value: XLA compilations counted (``jax.monitoring``) and
   its run time against a warm run;
 - steps that are not affine (``nonlinear``): value-and-grad against the jitted
-  forward for a 1-D Burgers step (2**18 cells, 1000 steps, 2 devices) and a 2-D
-  Gray-Scott step (two fields, 512**2, 500 steps, 2 devices), and the Burgers
-  gradient's memory for 100, 1000 and 10000 steps.
+  forward for a 1-D Burgers step (2**18 cells, 1000 steps, 2 devices), a 2-D
+  Gray-Scott step (two fields, 512**2, 500 steps, 2 devices) and, with respect to
+  its velocity field (params ``a``, ``b``), a 2-D advection-diffusion step
+  (512**2, 500 steps, 2 devices), and the Burgers gradient's memory for 100, 1000
+  and 10000 steps.
 
 Timings are medians of repeats on a shared machine; compare ratios within one run.
 """
@@ -149,8 +151,9 @@ def gradient_memory(loss, u, steps: int, block: int) -> dict:
 
 
 def nonlinear(tiny: bool, reps: int) -> dict:
-    """Reverse mode of steps that are not affine (checkpointed segments, pgas.loop.reverse):
-    value-and-grad against the jitted forward, in turn, and the gradient's memory."""
+    """Reverse mode through checkpointed segments (pgas.loop.reverse): of steps that are
+    not affine, and with respect to a velocity field in params; value-and-grad against the
+    jitted forward, in turn, and the gradient's memory."""
     import jax
     import numpy as np
     from common import paired_seconds
@@ -175,21 +178,35 @@ def nonlinear(tiny: bool, reps: int) -> dict:
         return {"u": (u + 0.1 * lap(u) - uvv + 0.04 * (1.0 - u)).to_array(),
                 "v": (v + 0.05 * lap(v) + uvv - 0.1 * v).to_array()}  # fmt: skip
 
+    def advect(q, vel):  # affine in q; the gradient is taken with respect to the velocity
+        dx = pgas.shift(q, 1, 0) - pgas.shift(q, -1, 0)
+        dy = pgas.shift(q, 1, 1) - pgas.shift(q, -1, 1)
+        lap = sum(pgas.shift(q, o, ax) for ax in range(2) for o in (1, -1)) - 4.0 * q
+        return (q - 0.1 * (vel["a"] * dx + vel["b"] * dy) + 0.05 * lap).to_array()
+
     n, side = (2**10, 32) if tiny else (2**18, 512)
     b_steps, g_steps = (20, 10) if tiny else (1000, 500)
     rng = np.random.default_rng(0)
     x = (0.5 + 0.4 * np.sin(np.linspace(0, 2 * np.pi, n))).astype(np.float32)
-    u0, v0 = (rng.random((side, side)).astype(np.float32) for _ in range(2))
+    u0, v0, a0, b0 = (rng.random((side, side)).astype(np.float32) for _ in range(4))
+    q = pgas.from_numpy(u0, mesh_y)
+    # name: (loss of what is differentiated, a function making it); the losses score a run
     cases = {
-        "burgers1d": (burgers, lambda: pgas.from_numpy(x, mesh2, boundary=pgas.Keep()),
-                      b_steps, lambda s: pgas.sum(s ** 2)),
-        "gray_scott2d": (gray_scott, lambda: {"u": pgas.from_numpy(u0, mesh_y),
-                                              "v": pgas.from_numpy(v0, mesh_y)},
-                         g_steps, lambda s: pgas.sum(s["u"] ** 2) + pgas.sum(s["v"])),
+        "burgers1d": (lambda u: pgas.sum(pgas.run(burgers, u, b_steps) ** 2),
+                      lambda: pgas.from_numpy(x, mesh2, boundary=pgas.Keep())),
+        "gray_scott2d": (lambda s: (lambda r: pgas.sum(r["u"] ** 2) + pgas.sum(r["v"]))(
+                             pgas.run(gray_scott, s, g_steps)),
+                         lambda: {"u": pgas.from_numpy(u0, mesh_y),
+                                  "v": pgas.from_numpy(v0, mesh_y)}),
+        "advection2d_velocity": (lambda vel: pgas.sum(pgas.run(advect, q, g_steps,
+                                                               params=vel) ** 2),
+                                 lambda: {"a": pgas.from_numpy(0.5 + 0.3 * a0, mesh_y),
+                                          "b": pgas.from_numpy(0.5 + 0.3 * b0, mesh_y)}),
     }  # fmt: skip
+    steps_of = {"burgers1d": b_steps, "gray_scott2d": g_steps, "advection2d_velocity": g_steps}
     out = {"grad": {}, "memory": []}
-    for name, (step, make, steps, score) in cases.items():
-        loss = lambda s, step=step, steps=steps, score=score: score(pgas.run(step, s, steps))  # noqa: E731
+    for name, (loss, make) in cases.items():
+        steps = steps_of[name]
         fwd, vg, s = jax.jit(loss), jax.jit(jax.value_and_grad(loss)), make()
         t = paired_seconds({"fwd": lambda: jax.block_until_ready(fwd(s)),
                             "vg": lambda: jax.block_until_ready(vg(s))}, reps)  # fmt: skip

@@ -13,9 +13,11 @@ numbers of JAX's derivative of the loop.
   :mod:`pgas.loop.adjoint`): deep halos and double buffers as the forward has
   them, nothing stored and nothing recomputed. A ``vmap`` of it runs through
   the batching rule of :mod:`pgas.loop.batching`.
-- Another step on fields, differentiated with respect to the state only: the
-  same ``linear_call``, whose transpose runs checkpointed segments back one
-  adjoint step at a time (:mod:`pgas.loop.reverse`).
+- Another step on fields, differentiated with respect to the state, or any
+  step on fields differentiated with respect to its params (of an inexact
+  dtype) and perhaps its state: the same ``linear_call``, linear in both
+  tangents, whose transpose runs checkpointed segments back one adjoint step at
+  a time, the params' cotangent summed over the steps (:mod:`pgas.loop.reverse`).
 - Otherwise the derivative is that of the same loop run one step per exchange
   with loop-invariant masks (:func:`pgas.loop.iterations.tie`; the same bits at
   every ``k``), so nothing per step is stored for a linear step and no
@@ -103,19 +105,21 @@ def compiled(rev: Transposed | reverse.Checkpointed) -> tuple[Callable, Callable
     return jax.jit(rev.forward), jax.jit(rev.back)
 
 
-def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, state,
-               params) -> Transposed | reverse.Checkpointed | None:  # fmt: skip
-    """How reverse mode runs a loop back, with respect to its state: an object with
-    ``forward(state, params) -> (result, kept)`` and ``back(kept, ct, params) -> ct``, or
+def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, state, params,
+               with_params: bool = False) -> Transposed | reverse.Checkpointed | None:  # fmt: skip
+    """How reverse mode runs a loop back, with respect to its state (and its params, with
+    ``with_params``): an object with ``forward(state, params) -> (result, kept)`` and
+    ``back(kept, ct, params) -> ct`` (``-> (ct, params' ct)`` with ``with_params``), or
     ``None`` where JAX transposes the derivative's loop instead. Made where reverse mode asks
     for it (inside the rule of :func:`differentiable`), so a forward run under ``jit``
     traces none of it.
 
     - A step affine in its state (:func:`pgas.loop.adjoint.transposable`): :class:`Transposed`,
       the transposed step run ``steps`` times through the forward's loop.
-    - Another step on fields (:func:`pgas.loop.adjoint.qualifies`):
-      :class:`pgas.loop.reverse.Checkpointed`, checkpointed segments run back one
-      adjoint step at a time.
+    - Another step on fields (:func:`pgas.loop.adjoint.qualifies`), or any such step with
+      ``with_params`` (params of an inexact dtype, none of them a field with a Neumann
+      face): :class:`pgas.loop.reverse.Checkpointed`, checkpointed segments run back one
+      adjoint step at a time, the params' cotangent summed over the steps.
 
     Args:
         step: the user's step.
@@ -126,6 +130,7 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
             scan=)`` (:attr:`pgas.loop.programs.Program.inline`).
         state: the forward's state, as the rule sees it.
         params: the forward's params.
+        with_params: the params' cotangent is asked for too.
 
     >>> import numpy as np, pgas
     >>> from pgas.loop.programs import program
@@ -155,7 +160,9 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
     read_only = bool(held) or any(isinstance(x, GlobalArray) for x in jax.tree.leaves(
         params, is_leaf=lambda x: isinstance(x, GlobalArray)))  # fmt: skip
     takes = params is not None
-    if adjoint.transposable(step, state, params):
+    if with_params and not _params_qualify(params):
+        return None
+    if not with_params and adjoint.transposable(step, state, params):
         widths = adjoint.adjoint_reach(how.reach)
         k = adjoint.adjoint_k(how.steps_per_exchange, widths, shortest, read_only)
         if k < 1:
@@ -173,7 +180,18 @@ def reverse_of(step, steps: int, how: Plan, held: tuple, forward: Callable, stat
         forward,
         takes,
         held,
+        with_params,
     )
+
+
+def _params_qualify(params) -> bool:
+    """Whether the checkpointed way back gives ``params``' cotangent: every leaf of an
+    inexact dtype (an integer one has none) and no field with a face whose ghosts steps
+    write (:func:`pgas.loop.adjoint.qualifies`)."""
+    leaves = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, GlobalArray))
+    fields = [g for g in leaves if isinstance(g, GlobalArray)]
+    return (len(reverse.differentiable_leaves(params)) == len(leaves)
+            and (not fields or adjoint.qualifies(fields)))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,9 +269,11 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     (``jax.closure_convert``), so their derivatives are kept; ``steps`` stays as
     the caller gave it (a static count, or a traced one for forward use).
 
-    ``adjoint_of(state, params)``: how the loop runs back, an object with
-    ``forward`` and ``back`` (:func:`reverse_of`), or ``None``. Where only the
-    state has a tangent and it exists, the rule's primal is its ``forward``
+    ``adjoint_of(state, params, with_params)``: how the loop runs back, with
+    respect to the state (and the params, with ``with_params``), an object with
+    ``forward`` and ``back`` (:func:`reverse_of`), or ``None``. Where the state,
+    the params or both have a tangent (the enclosing scope's values none) and it
+    exists, the rule's primal is its ``forward``
     (the forward loop as a while loop: reverse mode's partial evaluation of a
     scan would hoist its index arrays out of the loop, see
     :func:`pgas.loop.iterations.fori`), and its tangent a
@@ -283,35 +303,45 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     n = len(consts)
     made: dict = {}
 
-    def reverse_for(s, p):
+    def reverse_for(s, p, with_params):
         if adjoint_of is None:
             return None
-        if "reverse" not in made:
-            made["reverse"] = adjoint_of(s, p)
-        return made["reverse"]
+        if with_params not in made:
+            made[with_params] = adjoint_of(s, p, with_params)
+        return made[with_params]
 
     @jax.custom_jvp
     def run(s, p, *cs):
         return tied(s, p, *cs[:n])
 
-    def tangent(derived, res, ds):
-        s, p, cs = res[:3]
+    def tangent(derived, res, lin):
+        (s, p, cs), (ds, dp) = res[:3], lin
         zero = jax.custom_derivatives.zero_from_primal
-        return jax.jvp(derived, (s, p, *cs[n:]), (ds, zero(p), *zero(cs[n:])))[1]
+        return jax.jvp(derived, (s, p, *cs[n:]), (zero(s) if ds is None else ds,
+                                                  zero(p) if dp is None else dp,
+                                                  *zero(cs[n:])))[1]  # fmt: skip
 
     @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
         (s, p, *cs), (ds, dp, *dcs) = primals, tangents
         eager = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(primals))
         derived = jax.jit(untied) if eager else untied
-        rev = reverse_for(s, p) if _zero(dp) and _zero(dcs) and not _zero(ds) else None
+        with_params = not _zero(dp)
+        asked = _zero(dcs) and (with_params or not _zero(ds))
+        rev = reverse_for(s, p, with_params) if asked else None
         if rev is not None:
             ahead, back = compiled(rev) if eager else (rev.forward, rev.back)
             out, kept = ahead(s, p)
-            transpose = lambda res, ct: back(res[3], ct, res[1])  # noqa: E731
-            lin = jax.custom_derivatives.linear_call(functools.partial(tangent, derived),
-                                                     transpose, (s, p, cs, kept),
-                                                     _dense(s, ds))  # fmt: skip
+            # the linear arguments: the tangents that are not symbolic zeros
+            given = (None if _zero(ds) else _dense(s, ds), _dense(p, dp) if with_params else None)
+
+            def transpose(res, ct):
+                cts = back(res[3], ct, res[1])
+                cts = cts if with_params else (cts, None)
+                return tuple(None if x is None else c for x, c in zip(given, cts))
+
+            rule = functools.partial(tangent, derived)
+            lin = jax.custom_derivatives.linear_call(rule, transpose, (s, p, cs, kept), given)
             return out, lin
         dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
         return jax.jvp(derived, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))

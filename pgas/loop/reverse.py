@@ -53,10 +53,15 @@ were faster for 1-D Burgers and slower for 2-D Gray-Scott on a 2-core CPU
 (CHANGELOG, issue 33).
 
 Params and captured arrays are read by the adjoint steps as the forward reads
-them (extended once per segment, :func:`pgas.loop.frames.loop_inputs`). This
-path differentiates with respect to the state; a derivative with respect to
-params or captured arrays goes through JAX's derivative of the loop
-(:mod:`pgas.loop.derivative`).
+them (extended once per segment, :func:`pgas.loop.frames.loop_inputs`). With
+respect to params (:attr:`Checkpointed.with_params`: fields and numbers of an
+inexact dtype), each adjoint step gives their cotangent too, in scatter form:
+from the cells of its own block only, so that each written cell counts once
+over the devices. It is summed over the segment's steps on the params' frame,
+and the frame's halo cells go back to the cells they copy once per segment
+(the extension transposed: halo-sized collective-permutes); a number's
+cotangent is a scalar all-reduce a step. A derivative with respect to captured
+arrays goes through JAX's derivative of the loop (:mod:`pgas.loop.derivative`).
 """
 
 from __future__ import annotations
@@ -73,9 +78,19 @@ from pgas.globalview.array import GlobalArray
 from pgas.globalview.forms import anchor_of, blocks_of, narrowed
 from pgas.globalview.halo import global_transport
 from pgas.grid.decomposition import ext_of, ext_sides
-from pgas.loop.frames import blocks, cores, frames, loop_inputs, physical, step_fn, step_params
+from pgas.loop.frames import (
+    blocks,
+    cores,
+    frames,
+    loop_inputs,
+    physical,
+    read_only,
+    step_fn,
+    step_params,
+)
 
-__all__ = ["Schedule", "schedule", "fits", "recompute", "adjoint_step", "Checkpointed"]
+__all__ = ["Schedule", "schedule", "fits", "recompute", "adjoint_step", "differentiable_leaves",
+           "Checkpointed"]  # fmt: skip
 
 State = Any
 Sides = tuple[tuple[int, int], ...]
@@ -207,10 +222,20 @@ def _replaying(slabs) -> Callable:
     return lambda axis, periodic: lambda slab, direction: next(given)
 
 
-def adjoint_step(body: Callable, reach: Sides) -> Callable:
+def adjoint_step(body: Callable, reach: Sides, with_params: bool = False) -> Callable:
     """``back(u, w, counter, slabs)``: the cotangent at ``u`` (blocks form) of one step of
     ``body`` from ``u``, given the cotangent ``w`` (blocks form) of its result and the slabs
     :func:`recompute` received for ``u``'s frame; in gather form (see the module docstring).
+
+    ``with_params``: ``body(given)`` is the body reading ``given``, the params as the
+    segment extended them (:func:`pgas.loop.frames.read_only`), and
+    ``back(u, w, counter, slabs, given)`` gives ``(cotangent at u, cotangents of given)``,
+    the latter for :func:`differentiable_leaves` of ``given``: each field's on its frame,
+    each scalar's reduced over the blocks. The state's cotangent is in gather form (each
+    cell's from every cell of the frame that reads it); a param's is in scatter form, from
+    the cells of the block only (each written cell counted once over the devices), its
+    frame's halo cells given back to the cells they copy once per segment
+    (:meth:`Checkpointed.back`).
 
     >>> import numpy as np, pgas
     >>> from pgas.loop.frames import blocks, physical, step_fn
@@ -227,29 +252,74 @@ def adjoint_step(body: Callable, reach: Sides) -> Callable:
     ext_u = _state_frame(reach)
     mirrored = tuple((hi, lo) for lo, hi in reach)
 
-    def back(u, w, counter, slabs):
+    def back(u, w, counter, slabs, given=None):
         anchor = None if counter is None else anchor_of(counter)
         framed = frames(u, ext_u, anchor, moves=_replaying(slabs), joined=True)
         framed, tree = jax.tree.flatten(framed, is_leaf=_is_array)
+        given_leaves, given_tree = jax.tree.flatten(given, is_leaf=_is_array)
+        free = differentiable_leaves(given) if with_params else []
 
-        def forward(datas):
+        def forward(datas, free_datas):
             state = tree.unflatten([GlobalArray(d, g.layout, g.ext, anchor)
                                     for d, g in zip(datas, framed)])  # fmt: skip
+            leaves = list(given_leaves)
+            for i, d in zip(free, free_datas):
+                g = leaves[i]
+                leaves[i] = GlobalArray(d, g.layout, g.ext, g.anchor) if _is_array(g) else d
+            run = body(given_tree.unflatten(leaves)) if with_params else body
             out = []
-            for g, new in zip(framed, tree.flatten_up_to(body(state))):
+            for g, new in zip(framed, tree.flatten_up_to(run(state))):
                 data, ext = blocks_of(new)
                 out.append(narrowed(data, ext, mirrored[: g.layout.ndim]))
             return out
 
         framed_w = frames(w, ext_of(mirrored), anchor, joined=True)  # the cotangent's frame
-        given = [g.data for g in tree.flatten_up_to(framed_w)]
-        ct = jax.vjp(forward, [g.data for g in framed])[1](given)[0]
+        given_w = [g.data for g in tree.flatten_up_to(framed_w)]
+        free_datas = [_data(given_leaves[i]) for i in free]
+        pull = jax.vjp(forward, [g.data for g in framed], free_datas)[1]
+        ct = pull(given_w)[0]
+        if with_params:  # each written cell's share once: the block's real cells of w only
+            ct_free = pull([_own(g, mirrored) for g in tree.flatten_up_to(w)])[1]
         out = [GlobalArray(narrowed(d, ext_sides(f.ext), ((0, 0),) * f.layout.ndim), f.layout,
                            (0,) * f.layout.ndim)
                for d, f in zip(ct, framed)]  # fmt: skip
-        return tree.unflatten(out)
+        return (tree.unflatten(out), ct_free) if with_params else tree.unflatten(out)
 
     return back
+
+
+def _own(w: GlobalArray, sides: Sides) -> jax.Array:
+    """``w``'s data (blocks form, no halo) on the block's real cells, zero on its padding
+    (on a periodic axis a frame's padding cell computes the cell it wraps to) and on
+    ``sides`` cells around it per block axis."""
+    data, lay = w.data, w.layout
+    for axis in range(lay.ndim):
+        real = lay.valid(axis)
+        if real is not None:
+            data = jnp.where(real, data, jnp.zeros((), data.dtype))
+    pads = [(0, 0)] * data.ndim
+    for axis, lo_hi in enumerate(sides[: lay.ndim]):
+        pads[2 * axis + 1] = lo_hi
+    return jnp.pad(data, pads)
+
+
+def differentiable_leaves(params: Any) -> list[int]:
+    """The positions, among ``params``' leaves (fields as leaves), of those reverse mode
+    differentiates: the fields and numbers of an inexact dtype.
+
+    >>> import numpy as np, pgas
+    >>> c = pgas.from_numpy(np.zeros(4), pgas.make_mesh(devices=1))
+    >>> differentiable_leaves({"c": c, "dt": 0.1, "n": 3})
+    [0, 1]
+    """
+    leaves = jax.tree.leaves(params, is_leaf=_is_array)
+    return [i for i, x in enumerate(leaves)
+            if jnp.issubdtype(jnp.result_type(_data(x)), jnp.inexact)]  # fmt: skip
+
+
+def _data(x):
+    """A field's data, or the number itself."""
+    return x.data if _is_array(x) else x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +335,8 @@ class Checkpointed:
             (:attr:`pgas.loop.programs.Program.inline`, traceable).
         takes_params: the step is called ``step(state, params)``.
         held: the arrays the step captures (their fields extended per segment).
+        with_params: :meth:`back` gives the cotangent of the params too (of their
+            :func:`differentiable_leaves`; the others' are zero).
     """
 
     step: Callable
@@ -273,6 +345,7 @@ class Checkpointed:
     run: Callable
     takes_params: bool = False
     held: tuple = ()
+    with_params: bool = False
 
     def forward(self, state: State, params: Any) -> tuple[State, tuple]:
         """The run's result, and what reverse mode keeps: the checkpoints (stacked) and the
@@ -287,29 +360,40 @@ class Checkpointed:
         """``count`` steps of the forward's loop, as a while loop (no derivative sees it)."""
         return self.run(state, count, params, None, tied=True, scan=False)
 
-    def back(self, kept: tuple, ct: State, params: Any) -> State:
-        """The cotangent of the run's start from ``ct``, that of its result."""
+    def back(self, kept: tuple, ct: State, params: Any) -> State | tuple[State, Any]:
+        """The cotangent of the run's start from ``ct``, that of its result; with
+        :attr:`with_params`, ``(that, the params' cotangent)``."""
         (stack, last), s = kept, self.schedule
-        ct = self._segment(last, s.last, ct, params)
+        ct, cp = self._segment(last, s.last, ct, params)
         if s.whole:
-            ct, _ = jax.lax.scan(lambda w, c: (self._segment(c, s.segment, w, params), None),
-                                 ct, stack, reverse=True)  # fmt: skip
-        return ct
+
+            def one(carry, c):
+                w, total = carry
+                w, more = self._segment(c, s.segment, w, params)
+                return (w, jax.tree.map(jnp.add, total, more)), None
+
+            (ct, cp), _ = jax.lax.scan(one, (ct, cp), stack, reverse=True)
+        return (ct, cp) if self.with_params else ct
 
     @contextlib.contextmanager
     def _pieces(self, params: Any):
-        """``(one, back)`` on blocks: one step recomputed (:func:`recompute`) and one adjoint
-        step (:func:`adjoint_step`), the params and held arrays extended for them."""
+        """``(one, back, given)`` on blocks: one step recomputed (:func:`recompute`), one
+        adjoint step (:func:`adjoint_step`; with :attr:`with_params` it reads the params it
+        is given) and the params, the params and held arrays extended for them."""
         widths = tuple(max(lo, hi) for lo, hi in self.reach)
         held = tuple(c.field for c in self.held if c.field is not None)
         with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
             body = step_fn(self.step, step_params(given, self.takes_params))
-            yield recompute(body, self.reach), adjoint_step(body, self.reach)
+            reads = ((lambda p: step_fn(self.step, step_params(p, self.takes_params)))
+                     if self.with_params else body)  # fmt: skip
+            yield (recompute(body, self.reach), adjoint_step(reads, self.reach, self.with_params),
+                   given)  # fmt: skip
 
-    def _segment(self, start: State, count: int, ct: State, params: Any) -> State:
+    def _segment(self, start: State, count: int, ct: State, params: Any) -> tuple[State, Any]:
         """``count`` steps from ``start`` recomputed one step per exchange, every state
-        stored, then run back from ``ct`` one adjoint step at a time."""
-        with self._pieces(params) as (one, back):
+        stored, then run back from ``ct`` one adjoint step at a time: the cotangent at
+        ``start`` and the params' (``None`` without :attr:`with_params`)."""
+        with self._pieces(params) as (one, back, given):
 
             def ahead(s, i):
                 nxt, slabs = one(s, i)
@@ -318,20 +402,60 @@ class Checkpointed:
             _, (kept, received) = jax.lax.scan(ahead, blocks(start),
                                                jnp.arange(count, dtype=jnp.int32))  # fmt: skip
 
-            def step_back(j, w):
+            def state_at(j):
                 i = count - 1 - j
                 u = jax.tree.map(lambda g: GlobalArray(g.data[i], g.layout, g.ext), kept,
                                  is_leaf=_is_array)  # fmt: skip
-                return back(u, w, i, [slab[i] for slab in received])
+                return i, u, [slab[i] for slab in received]
 
-            w = jax.lax.fori_loop(0, count, step_back, blocks(ct))
-        return physical(w)
+            if not self.with_params:
+
+                def step_back(j, w):
+                    i, u, slabs = state_at(j)
+                    return back(u, w, i, slabs)
+
+                return physical(jax.lax.fori_loop(0, count, step_back, blocks(ct))), None
+
+            def step_back_params(j, carry):
+                w, total = carry
+                i, u, slabs = state_at(j)
+                w, more = back(u, w, i, slabs, given)
+                return w, [a + b for a, b in zip(total, more)]
+
+            free = differentiable_leaves(given)
+            leaves = jax.tree.leaves(given, is_leaf=_is_array)
+            zeros = [jnp.zeros_like(_data(leaves[i])) for i in free]
+            w, total = jax.lax.fori_loop(0, count, step_back_params, (blocks(ct), zeros))
+        return physical(w), self._params_cotangent(params, total)
+
+    def _params_cotangent(self, params: Any, total: list) -> Any:
+        """The params' cotangent from ``total``, that of each of their differentiable leaves
+        as a segment extended them: the extension transposed (each frame's halo cells sent
+        back to the cells they copy, halo-sized collective-permutes), zero for the rest."""
+        widths = tuple(max(lo, hi) for lo, hi in self.reach)
+        leaves, tree = jax.tree.flatten(params, is_leaf=_is_array)
+        free = differentiable_leaves(params)
+
+        def extended(datas):
+            mine = list(leaves)
+            for i, d in zip(free, datas):
+                g = mine[i]
+                mine[i] = GlobalArray(d, g.layout, g.ext, g.anchor) if _is_array(g) else d
+            out = jax.tree.leaves(read_only(tree.unflatten(mine), widths, 2), is_leaf=_is_array)
+            return [_data(out[i]) for i in free]
+
+        back = jax.vjp(extended, [_data(leaves[i]) for i in free])[1](total)[0]
+        out = [jnp.zeros_like(_data(x)) for x in leaves]
+        for i, d in zip(free, back):
+            out[i] = d
+        return jax.tree.unflatten(jax.tree.structure(params), out)
 
     def step_back(self, state: State, ct: State, params: Any) -> tuple[State, State]:
         """One physical step of the way back, as :meth:`back` runs it in a segment: the step
         recomputed from ``state`` and the cotangent at ``state`` from ``ct``, that of the
         next state (what :func:`pgas.comm_report` compiles with ``gradient=True``)."""
-        with self._pieces(params) as (one, back):
+        with self._pieces(params) as (one, back, given):
             u, zero = blocks(state), jnp.int32(0)
             nxt, slabs = one(u, zero)
-            return physical(nxt), physical(back(u, blocks(ct), zero, slabs))
+            w = back(u, blocks(ct), zero, slabs, *((given,) if self.with_params else ()))
+            return physical(nxt), physical(w[0] if self.with_params else w)

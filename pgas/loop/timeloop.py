@@ -225,7 +225,9 @@ def run(
     the same loop into the caller's program: the same deep halos, collectives
     and bits as the standalone call; nothing is donated. Reverse mode of a
     step affine in its state, with respect to the state, runs the transposed
-    step through the same deep-halo loop (:mod:`pgas.loop.adjoint`); otherwise
+    step through the same deep-halo loop (:mod:`pgas.loop.adjoint`); of
+    another step, or with respect to params, it runs checkpointed segments back
+    an adjoint step at a time (:mod:`pgas.loop.reverse`); otherwise
     it stores the state only at the boundaries of rematerialised segments
     (``remat_every``) and recomputes each segment once: about
     ``2 * sqrt(steps)`` states instead of ``steps``.

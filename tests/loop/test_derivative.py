@@ -42,25 +42,30 @@ def test_the_primal_is_the_forward_and_the_derivative_the_derivatives_loop():
 
 
 def test_a_transposed_loop_is_the_transpose_where_only_the_state_has_a_tangent():
-    """``adjoint_of`` gives the transpose reverse mode runs (a linear_call's), made once and
-    only where reverse mode asks for it; where params have a tangent too, JAX transposes the
+    """``adjoint_of`` gives the transpose reverse mode runs (a linear_call's), made once per
+    kind and only where reverse mode asks for it: of the state, or (``with_params``) of the
+    state and the params, ``(ct, params' ct)``; where it gives none, JAX transposes the
     derivative's loop."""
     forward, _ = _times(2.0)
     derivative, _ = _times(3.0)
     made = []
 
-    def adjoint_of(s, p):
-        made.append(p)
-        return Transposed(lambda s, n, p, segment, **kw: forward(s, n, p, **kw),
-                          lambda ct, n, p, segment: ct * 5.0, 3)  # fmt: skip
+    def adjoint_of(s, p, with_params):
+        made.append(with_params)
+        back = (lambda ct, n, p, segment: (ct * 5.0, ct * 7.0)) if with_params else (
+            lambda ct, n, p, segment: ct * 5.0)  # fmt: skip
+        return Transposed(lambda s, n, p, segment, **kw: forward(s, n, p, **kw), back, 3)
 
     def f(x, p):
         return differentiable(forward, derivative, x, 3, p, adjoint_of)
 
     assert float(f(1.0, 0.5)) == 8.0 and made == []  # the forward alone makes none
-    assert float(jax.grad(f)(1.0, 0.5)) == 5.0 and len(made) == 1
-    assert float(jax.grad(lambda x: f(x, x))(1.0)) == 27.0  # params' tangent: no transpose
-    none = lambda s, p: None  # noqa: E731  (a run neither path takes back)
+    assert float(jax.grad(f)(1.0, 0.5)) == 5.0 and made == [False]
+    assert float(jax.grad(f, argnums=1)(1.0, 0.5)) == 7.0 and made == [False, True]
+    assert float(jax.grad(lambda x: f(x, x))(1.0)) == 12.0 and len(made) == 3  # 5 + 7
+    none = lambda s, p, with_params: None  # noqa: E731  (a run neither path takes back)
+    g = jax.grad(lambda x: differentiable(forward, derivative, x, 3, x, none))
+    assert float(g(1.0)) == 27.0
     g = jax.grad(lambda x: differentiable(forward, derivative, x, 3, 0.5, none))
     assert float(g(1.0)) == 27.0
 

@@ -66,13 +66,16 @@ def test_the_forward_under_jit_is_not_cut_into_rematerialised_segments():
                         boundary=pgas.Keep())  # fmt: skip
     forward = str(jax.make_jaxpr(lambda u: pgas.run(heat, u, 100))(u))
     assert "checkpoint" not in forward and "remat" not in forward
-    # with respect to params: JAX's derivative of the loop, in rematerialised segments
-    of_c = lambda c: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": c}))  # noqa: E731
-    derivative = str(jax.make_jaxpr(jax.grad(of_c))(0.1))
+    # a state with a Neumann face: JAX's derivative of the loop, in rematerialised segments
+    n = pgas.from_numpy(np.zeros(64, np.float32), u.layout.mesh, boundary=pgas.Neumann())
+    of_n = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
+    derivative = str(jax.make_jaxpr(jax.grad(of_n))(n))
     assert "checkpoint" in derivative or "remat" in derivative
-    # with respect to the state: pgas's checkpointed segments (pgas.loop.reverse)
-    of_u = lambda u: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": 0.1}))  # noqa: E731
-    assert "linear_call" in str(jax.make_jaxpr(jax.grad(of_u))(u))
+    assert "linear_call" not in derivative
+    # with respect to the state or the params: pgas's checkpointed segments (pgas.loop.reverse)
+    of_c = lambda c: pgas.sum(pgas.run(_nonlinear, u, 100, params={"c": c}))  # noqa: E731
+    assert "linear_call" in str(jax.make_jaxpr(jax.grad(of_c))(0.1))
+    assert "linear_call" in str(jax.make_jaxpr(jax.grad(of_n))(u))
 
 
 def test_what_cannot_run_inside_a_trace():
