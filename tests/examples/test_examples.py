@@ -41,7 +41,12 @@ P = L.patterns
 
 # Most heat runs below share one configuration (HEAT2: 101 cells on 2 devices; chunks of 10
 # steps where a run has snapshots or checkpoints), so they share their compiled programs.
-HEAT2 = ["--devices", "2", "--n", "101"]
+# k = 2, of auto's parity: auto's 16 on blocks of 51 and 50 is more than a chunk (compiled,
+# never run); how auto chooses is tests/loop/test_choice.py's subject.
+HEAT2 = ["--devices", "2", "--n", "101", "--steps-per-exchange", "2"]
+# Likewise the life runs but the end-to-end ones (a pattern, the summary line, another
+# problem's store): 16 x 16 cells on 4 devices, k = 2, chunks of an even length.
+LIFE4 = ["--devices", "4", "--size", "16x16", "--steps-per-exchange", "2"]
 
 
 def _env() -> dict[str, str]:
@@ -128,9 +133,11 @@ def test_heat1d_end_to_end_mpi(tmp_path):
 def test_life_end_to_end_jax(backend, tmp_path, capsys):
     out, gif, png = tmp_path / "life.zarr", tmp_path / "life.gif", tmp_path / "life.png"
     H_, W_ = 40, 56
+    # k = 2, of auto's parity: auto's 8 is more than the 4 steps between snapshots
     L.main(["--backend", backend, "--devices", "4", "--size", f"{H_}x{W_}", "--pattern", "random",
             "--density", "0.3", "--seed", "4", "--steps", "24", "--snapshot-every", "4",
-            "--out", str(out), "--plot", str(gif), "--plot", str(png), "--json"])  # fmt: skip
+            "--steps-per-exchange", "2", "--out", str(out), "--plot", str(gif), "--plot",
+            str(png), "--json"])  # fmt: skip
     d = last_json(capsys.readouterr().out)
     b0 = P.random_board((H_, W_), 0.3, seed=4)
     final = numpy_life(b0, 24)
@@ -149,27 +156,27 @@ def test_life_end_to_end_jax(backend, tmp_path, capsys):
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
 def test_life_end_to_end_mpi(tmp_path):
     out, gif = tmp_path / "life.nc", tmp_path / "life.gif"
+    # 12 steps, a snapshot after each (the GIF's frames)
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(LIFE), "--backend", "mpi", "--size",
-           "37x50", "--pattern", "random", "--density", "0.4", "--seed", "9", "--steps", "30",
+           "37x50", "--pattern", "random", "--density", "0.4", "--seed", "9", "--steps", "12",
            "--out", str(out), "--plot", str(gif), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
     d = last_json(proc.stdout)
-    final = numpy_life(P.random_board((37, 50), 0.4, seed=9), 30)
+    final = numpy_life(P.random_board((37, 50), 0.4, seed=9), 12)
     assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
     assert d["processes"] == 2 and d["mesh"] == {"y": 2, "x": 1}
     assert proc.stdout.count('"backend"') == 1  # rank 0 only
     with xr.open_dataset(out) as ds:
-        _check_common(d, ds, "mpi", 30, (37, 50))
+        _check_common(d, ds, "mpi", 12, (37, 50))
         assert ds["board"].dims == ("time", "y", "x") and ds["board"].dtype == np.uint8
         assert int(ds["population"][-1]) == d["population"]
     assert gif.read_bytes()[:3] == b"GIF"
 
 
 def test_life_pattern_at_position(capsys):
-    # 4 devices and k = 2: the program of test_summary_names_platform_device_and_k
-    L.main(["--devices", "4", "--size", "16x16", "--pattern", "glider", "--at", "11,12",
-            "--steps", "64", "--steps-per-exchange", "2", "--json", "--quiet"])  # fmt: skip
+    L.main([*LIFE4, "--pattern", "glider", "--at", "11,12", "--steps", "64", "--json",
+            "--quiet"])  # fmt: skip
     d = last_json(capsys.readouterr().out)
     b0 = P.place((16, 16), P.load_pattern("glider"), at=(11, 12))
     assert d["checksum"] == checksum(b0) and d["population"] == 5  # once round the torus
@@ -212,7 +219,7 @@ def test_steps_per_exchange_is_bitwise_and_reported(backend, capsys):
 
 
 def test_summary_names_platform_device_and_k(capsys):
-    L.main(["--devices", "4", "--size", "16x16", "--steps", "4", "--steps-per-exchange", "2"])
+    L.main([*LIFE4, "--steps", "4"])
     first = capsys.readouterr().out.splitlines()[0]
     assert "4 cpu device(s) [" in first and "k = 2" in first
 
@@ -309,11 +316,11 @@ def test_restart_into_a_store_of_another_problem_is_refused(tmp_path, capsys):
     base = [*HEAT2, "--quiet", "--checkpoint", str(ck)]
     H.main([*base, "--steps", "20", "--checkpoint-every", "10", "--out", str(heat),
             "--snapshot-every", "10"])  # fmt: skip
-    L.main(["--devices", "2", "--size", "8x8", "--steps", "4", "--out", str(life), "--quiet"])
+    L.main([*LIFE4, "--steps", "4", "--snapshot-every", "2", "--out", str(life), "--quiet"])
     fails_with(H.main, [*base, "--steps", "30", "--restart", "--out", str(life)], capsys,
                "StoreMismatchError", str(life), "choose another output path")  # fmt: skip
     with xr.open_zarr(life) as ds:  # left as it was
-        assert ds["time"].values.tolist() == [0, 1, 2, 3, 4] and "board" in ds
+        assert ds["time"].values.tolist() == [0, 2, 4] and "board" in ds
     H.main([*base, "--steps", "30", "--restart", "--out", str(heat), "--snapshot-every", "10"])
     with xr.open_zarr(heat) as ds:  # the right store: continued from the checkpoint at 20
         assert ds["time"].values.tolist() == [0, 10, 20, 30]
@@ -387,12 +394,13 @@ def test_an_existing_out_is_kept_unless_overwrite(tmp_path, capsys):
                str(notes), "exists", "--overwrite")  # fmt: skip
     assert notes.read_text() == "user notes\n"
     store = tmp_path / "life.zarr"  # another problem's store
-    L.main(["--devices", "2", "--size", "8x8", "--steps", "4", "--out", str(store), "--quiet"])
+    L.main([*LIFE4, "--steps", "4", "--snapshot-every", "2", "--out", str(store), "--quiet"])
     fails_with(H.main, [*HEAT2, "--steps", "10", "--out", str(store)], capsys,
                "exists", "--overwrite")  # fmt: skip
     with xr.open_zarr(store) as ds:
         assert ds.attrs["example"] == "life"
-    H.main([*HEAT2, "--steps", "10", "--out", str(store), "--overwrite", "--quiet"])
+    H.main([*HEAT2, "--steps", "10", "--snapshot-every", "10", "--out", str(store), "--overwrite",
+            "--quiet"])  # fmt: skip
     with xr.open_zarr(store) as ds:
         assert ds.attrs["example"] == "heat1d"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".old")]  # old one removed
@@ -402,20 +410,21 @@ def test_restart_with_a_mistyped_checkpoint_keeps_the_store(tmp_path, capsys):
     """The requeue line with ck11 for ck1: refused, naming both paths and the checkpoint
     directories next to the store, instead of starting over and recreating the store."""
     out, ck1, ck11 = tmp_path / "run.zarr", tmp_path / "ck1", tmp_path / "ck11"
-    first = [*HEAT2, "--out", str(out), "--checkpoint", str(ck1),
+    first = [*HEAT2, "--out", str(out), "--checkpoint", str(ck1), "--snapshot-every", "10",
              "--checkpoint-every", "10", "--steps", "20", "--quiet"]  # fmt: skip
     H.main(first)
     with xr.open_zarr(out) as ds:
         times = ds["time"].values.tolist()
     err = fails_with(H.main, [*HEAT2, "--restart", "--checkpoint", str(ck11), "--out",
-                              str(out), "--steps", "40"], capsys, "--restart refused",
-                     str(out), str(ck11), str(ck1), "--overwrite")  # fmt: skip
+                              str(out), "--snapshot-every", "10", "--steps", "40"], capsys,
+                     "--restart refused", str(out), str(ck11), str(ck1),
+                     "--overwrite")  # fmt: skip
     assert "starting from step 0" not in err
     with xr.open_zarr(out) as ds:
         assert ds["time"].values.tolist() == times
     # the right directory continues the store
-    H.main([*HEAT2, "--restart", "--checkpoint", str(ck1), "--out", str(out),
-            "--checkpoint-every", "10", "--steps", "40", "--quiet"])  # fmt: skip
+    H.main([*HEAT2, "--restart", "--checkpoint", str(ck1), "--out", str(out), "--snapshot-every",
+            "10", "--checkpoint-every", "10", "--steps", "40", "--quiet"])  # fmt: skip
     with xr.open_zarr(out) as ds:
         assert (
             ds["time"].values.tolist()[-1] == 40 and len(set(ds["time"].values)) == ds.sizes["time"]

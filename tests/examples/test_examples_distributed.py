@@ -4,10 +4,11 @@ Multi-process runs start ``mpiexec -n P python examples/.../x.py --backend auto`
 from PyPI; one CPU device per process, gloo collectives); the example detects mpiexec
 and calls ``pgas.distributed.initialize()``. Their checksums must equal the
 single-process run (in this process, conftest's devices) and NumPy, bitwise, and so
-must the Zarr stores every process writes its blocks into, snapshot by snapshot. The
-restart test kills a 2-process run after its 2nd checkpoint (the example runs under
-``dist_scripts/stop_after_checkpoint.py``, which stops it there) and restarts it in this
-process on 3 devices, continuing the same store.
+must the Zarr stores every process writes its blocks into, snapshot by snapshot (heat1d's
+4 processes run it first of two runs, under ``dist_scripts/peak_above.py``: the second is
+the peak memory test's case). The restart test kills a 2-process run after its 2nd
+checkpoint (the example runs under ``dist_scripts/stop_after_checkpoint.py``, which stops
+it there) and restarts it in this process on 3 devices, continuing the same store.
 """
 
 from __future__ import annotations
@@ -74,11 +75,38 @@ def _mpiexec(n: int, script: Path, *args: str, timeout: float = 120, **env: str)
 @pytest.fixture(scope="module")
 def heat_single(tmp_path_factory) -> tuple[Path, dict]:
     """heat1d on 1 device in this process, a snapshot every 10 steps: its store and its JSON
-    (the run both heat1d stores below are compared with)."""
+    (the run both heat1d stores below are compared with). k = 1, the single device's plain
+    loop (auto's 16 is more than the 10 steps between snapshots: compiled, never run); the
+    runs compared with it group 2 steps (JAX) or auto's choice (MPI) per exchange."""
     single = tmp_path_factory.mktemp("heat1d") / "single.zarr"
     one = H.main([*HEAT_ARGS, "--devices", "1", "--json", "--quiet", "--out", str(single),
-                  "--snapshot-every", "10"])  # fmt: skip
+                  "--snapshot-every", "10", "--steps-per-exchange", "1"])  # fmt: skip
     return single, one
+
+
+# heat1d's 4-process run of test_mpiexec_run_equals_single_process (k = 2, of auto's parity:
+# auto's 16 on blocks of 250 is more than the 10 steps between snapshots, compiled and never
+# run) is also the tiny first case of the peak memory test below: one launch of
+# dist_scripts/peak_above.py runs it, then that test's case BIG, in the same processes.
+PEAK = Path(__file__).resolve().parents[1] / "dist_scripts" / "peak_above.py"
+HEAT_MULTI = [*HEAT_ARGS, "--json", "--quiet", "--snapshot-every", "10", "--distributed",
+              "--steps-per-exchange", "2"]  # fmt: skip
+# k = 2: the double-buffered loop, two groups (auto, 16, is more than the 4 steps: every
+# process would compile its group and never run it)
+BIG = ["--n", "32_000_003", "--dtype", "float64", "--init", "gaussian", "--steps", "4", "--quiet",
+       "--steps-per-exchange", "2"]  # fmt: skip
+
+
+def _heat_then_big(n: int, out: Path) -> subprocess.CompletedProcess:
+    """mpiexec -n ``n``: heat1d's HEAT_MULTI run (its store ``out``), then BIG, in each process."""
+    return _mpiexec(n, PEAK, str(HEAT), *HEAT_MULTI, "--out", str(out), "--", *BIG, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def heat_four(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The 4-process launch of :func:`_heat_then_big`: its result and heat1d's store."""
+    out = tmp_path_factory.mktemp("heat1d4") / "heat1d.zarr"
+    return _heat_then_big(4, out), out
 
 
 def _same_store(single: Path, multi: Path, var: str, steps: int) -> None:
@@ -106,24 +134,21 @@ def test_mpiexec_run_equals_single_process(example, tmp_path, request):
     go to stderr); life, found under mpiexec without the flag, adds ``--verbose``: one line
     from process 0."""
     n = 4
-    # heat1d: k = 10, a group per snapshot (auto's 16 on blocks of 250 is more than the 10
-    # steps between snapshots: every process would compile its group and never run it)
-    heat_extra = ["--distributed", "--steps-per-exchange", "10"]
-    main, script, args, ref, var, extra = {
-        "heat1d": (H.main, HEAT, HEAT_ARGS, heat_reference, "u", heat_extra),
-        "life": (L.main, LIFE, LIFE_ARGS, life_reference, "board", ["--verbose"]),
-    }[example]
-    steps = int(args[args.index("--steps") + 1])
-    multi = tmp_path / f"{example}.zarr"
-    if example == "heat1d":
+    if example == "heat1d":  # HEAT_MULTI, then the peak memory test's case (heat_four)
+        args, ref, var = HEAT_ARGS, heat_reference, "u"
         single, one = request.getfixturevalue("heat_single")
+        r, multi = request.getfixturevalue("heat_four")
     else:
-        single = tmp_path / "single.zarr"
-        one = main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),
-                    "--snapshot-every", "10"])  # fmt: skip
+        args, ref, var = LIFE_ARGS, life_reference, "board"
+        single, multi = tmp_path / "single.zarr", tmp_path / "life.zarr"
+        # k = 1 on one device (as heat_single); k = 2, of auto's parity, on 4: five groups per
+        # snapshot (auto's 8 is a larger group, and 2 single steps, for each process to compile)
+        one = L.main([*args, "--devices", "1", "--json", "--quiet", "--out", str(single),
+                      "--snapshot-every", "10", "--steps-per-exchange", "1"])  # fmt: skip
+        r = _mpiexec(n, LIFE, *args, "--json", "--quiet", "--out", str(multi), "--snapshot-every",
+                     "10", "--verbose", "--steps-per-exchange", "2")  # fmt: skip
+    steps = int(args[args.index("--steps") + 1])
     assert one["checksum"] == checksum(ref())
-    r = _mpiexec(n, script, *args, "--json", "--quiet", "--out", str(multi), "--snapshot-every",
-                 "10", *extra)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == 1, r.stdout  # the JSON line from process 0 only
@@ -166,14 +191,13 @@ def test_peak_memory_does_not_grow_with_snapshots(tmp_path):
     as before, would add 448 MB). Measured peaks vary by up to about 50 MB from run to run
     (allocator, threads), with no trend: 820, 873 and 836 MB on process 0 for 33, 17 and 3
     snapshots, each in a process of its own."""
-    script = (Path(__file__).resolve().parents[1] / "dist_scripts") / "peak_above.py"
     field = 8_000_003 * 4 // 1024  # kB
     # k = 2: the double-buffered loop, in groups that fit between snapshots (auto, 16, is
     # more than 2 steps: every process would compile its group and never run it)
     runs = [["--n", "8_000_003", "--steps", "32", "--quiet", "--snapshot-every", str(every),
              "--out", str(tmp_path / f"{every}.zarr"), "--steps-per-exchange", "2"]
             for every in (16, 2)]  # fmt: skip
-    r = _mpiexec(2, script, str(HEAT), *runs[0], "--", *runs[1], timeout=240)
+    r = _mpiexec(2, PEAK, str(HEAT), *runs[0], "--", *runs[1], timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = re.findall(r"PEAK_ABOVE (\d+) (\d+) (\d+)", r.stderr)  # ranks' lines may interleave
     peaks = {int(rank): (int(first), int(both)) for rank, first, both in rows}
@@ -187,9 +211,10 @@ def test_peak_memory_does_not_grow_with_snapshots(tmp_path):
 
 @needs_mpiexec
 @pytest.mark.slow
-def test_peak_memory_per_process_falls_and_does_not_hold_the_field():
+def test_peak_memory_per_process_falls_and_does_not_hold_the_field(tmp_path, heat_four):
     """heat1d on 32_000_003 float64 cells (a 244 MiB field) under mpiexec -n 1 and -n 4, each
-    process running a tiny case first (JAX, gloo, compiled programs), then this one.
+    process running a tiny case first (JAX, gloo, compiled programs: the 1001-cell run of
+    test_mpiexec_run_equals_single_process, whose 4-process launch this is), then this one.
 
     - Each of the 4 processes peaks above its tiny case by less than the field (4 of its
       blocks). Measured: 2.3-2.7 blocks (state, loop buffers, warm-up on the state itself);
@@ -200,16 +225,10 @@ def test_peak_memory_per_process_falls_and_does_not_hold_the_field():
       condition built whole) would not (pgas 0.3.0: 1205 MiB on 1 process, 1269-1300 MiB on
       each of 4, for 16_000_003 cells).
     """
-    script = (Path(__file__).resolve().parents[1] / "dist_scripts") / "peak_above.py"
     field = 32_000_003 * 8 // 1024  # kB
-    # k = 2: the double-buffered loop, two groups (auto, 16, is more than the 4 steps: every
-    # process would compile its group for both sizes and never run it)
-    common = ["--dtype", "float64", "--init", "gaussian", "--steps", "4", "--quiet",
-              "--steps-per-exchange", "2"]  # fmt: skip
     peaks = {}
     for n in (1, 4):
-        r = _mpiexec(n, script, str(HEAT), "--n", "1001", *common, "--", "--n", "32_000_003",
-                     *common, timeout=300)  # fmt: skip
+        r = _heat_then_big(1, tmp_path / "one.zarr") if n == 1 else heat_four[0]
         assert r.returncode == 0, r.stderr[-3000:]
         rows = re.findall(r"PEAK_ABOVE (\d+) (\d+) (\d+)", r.stderr)  # ranks' lines interleave
         peaks[n] = {int(rank): (int(tiny), int(peak)) for rank, tiny, peak in rows}
@@ -231,8 +250,8 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
     ck, out, log = tmp_path / "heat.ckpt", tmp_path / "heat.zarr", tmp_path / "run.log"
     stop = (Path(__file__).resolve().parents[1] / "dist_scripts") / "stop_after_checkpoint.py"
     # checkpoints at steps 0 (before the store is created), 10 and 20: stop after the third;
-    # k = 10, a group per chunk (auto's 16 is more than a chunk: compiled, never run)
-    k = ["--steps-per-exchange", "10"]
+    # k = 2, of auto's parity (auto's 16 is more than a chunk: compiled, never run)
+    k = ["--steps-per-exchange", "2"]
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(stop), "3", str(HEAT), *HEAT_ARGS, "--json",
            "--quiet", "--checkpoint-every", "10", "--restart", "--checkpoint", str(ck),
            "--out", str(out), "--snapshot-every", "10", *k]  # fmt: skip
@@ -278,7 +297,8 @@ def test_sigkill_after_second_checkpoint_then_restart_elsewhere(tmp_path, capsys
 def test_restart_continues_across_backends_and_meshes(tmp_path, capsys):
     first, second = "explicit", "auto"
     ck = tmp_path / "life.ckpt"
-    base = [*LIFE_ARGS, "--checkpoint", str(ck), "--json", "--quiet"]
+    # k = 2, of auto's parity: auto's 8 is more than the first run's chunks of 4 steps
+    base = [*LIFE_ARGS, "--checkpoint", str(ck), "--json", "--quiet", "--steps-per-exchange", "2"]
     L.main(
         [*base, "--steps", "12", "--backend", first, "--devices", "4", "--checkpoint-every", "4"]
     )
@@ -291,10 +311,15 @@ def test_restart_continues_across_backends_and_meshes(tmp_path, capsys):
     assert checkpoint.latest(ck) == 30
 
 
+# 2 devices and k = 2, of auto's parity (auto's 16 is more than the second test's chunks of
+# 10 steps: compiled, never run): one program for both tests below
+HEAT_2 = ["--devices", "2", "--steps-per-exchange", "2"]
+
+
 def test_restart_without_checkpoint_starts_fresh(tmp_path, capsys):
     ck = tmp_path / "none.ckpt"
-    H.main([*HEAT_ARGS, "--devices", "2", "--json", "--quiet", "--restart", "--checkpoint",
-            str(ck), "--checkpoint-every", "30"])  # fmt: skip
+    H.main([*HEAT_ARGS, *HEAT_2, "--json", "--quiet", "--restart", "--checkpoint", str(ck),
+            "--checkpoint-every", "30"])  # fmt: skip
     d = last_json(capsys.readouterr().out)
     assert d["start_step"] == 0 and d["checksum"] == checksum(heat_reference())
     assert checkpoint.latest(ck) == 60
@@ -302,8 +327,8 @@ def test_restart_without_checkpoint_starts_fresh(tmp_path, capsys):
 
 def test_another_problems_or_corrupt_checkpoint_is_refused(tmp_path, capsys):
     ck = tmp_path / "heat.ckpt"
-    H.main([*HEAT_ARGS, "--steps", "20", "--devices", "2", "--quiet", "--checkpoint",
-            str(ck), "--checkpoint-every", "10"])  # fmt: skip
+    H.main([*HEAT_ARGS, "--steps", "20", *HEAT_2, "--quiet", "--checkpoint", str(ck),
+            "--checkpoint-every", "10"])  # fmt: skip
     assert checkpoint.latest(ck) == 20
     restart = ["--quiet", "--restart", "--checkpoint", str(ck)]
     fails_with(H.main, [*HEAT_ARGS, "--seed", "4", *restart], capsys, "--restart refused",

@@ -101,11 +101,11 @@ def test_sbatch_scripts_on_two_nodes_equal_single_process(cluster, tmp_path):
     # heat1d and cavity on 2 nodes x 1 task (sbatch's option over the script's 2 tasks per
     # node): every process compiles (a multigrid solve for cavity), and two cross the nodes as
     # four do; life keeps the scripts' 2 x 2 (4 processes)
-    # (k: a group per snapshot; auto's, 16 and 8, is more than the steps between snapshots:
-    # every process would compile its group and never run it)
+    # (k = 2, of auto's parity, a small group for every process to compile: auto's, 16 and 8,
+    # is more than the steps between snapshots, compiled and never run)
     one_per_node = ("--ntasks-per-node=1",)
-    heat_args = ("--seed", "3", "--steps-per-exchange", "10")
-    life_args = ("--density", "0.4", "--seed", "9", "--steps-per-exchange", "5")
+    heat_args = ("--seed", "3", "--steps-per-exchange", "2")
+    life_args = ("--density", "0.4", "--seed", "9", "--steps-per-exchange", "2")
     for name, script, extra, tasks in (
         ("heat1d", "examples/heat1d/heat1d.sbatch", heat_args, one_per_node),
         ("life", "examples/life/life.sbatch", life_args, ()),

@@ -55,7 +55,7 @@ def test_loop_program_has_halo_permutes_in_body():
 
 
 def test_functional_forms_agree():
-    x0 = np.random.default_rng(1).random(96).astype(np.float32)  # even blocks of 12 cells
+    x0 = np.random.default_rng(1).random(32).astype(np.float32)  # even blocks of 4 cells
     mesh = pgas.make_mesh(("x",))
 
     def at_set(u):
@@ -80,7 +80,7 @@ def test_eager_assignment_outside_jit():
 
 
 def test_fourth_order_stencil_halo_2():
-    x0 = np.random.default_rng(2).random(99)  # blocks of 12 and 13 cells
+    x0 = np.random.default_rng(2).random(35)  # blocks of 4 and 5 cells
     u = pgas.from_numpy(x0, pgas.make_mesh(("x",)), halo=2)
 
     def step(u):

@@ -121,7 +121,9 @@ def test_packed_run_writes_the_byte_board(rows, width, mesh, backend, suffix, by
     boards = numpy_life(L.board(size, "random", density=0.4, seed=5), steps)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        common = ["--backend", backend, "--snapshot-every", str(EVERY)]
+        # k = 2, of auto's parity, a group in every chunk of 3 steps (auto's 4 on the wider
+        # blocks is more than a chunk: compiled, never run); blocks of one word lower it to 1
+        common = ["--backend", backend, "--snapshot-every", str(EVERY), "--steps-per-exchange", "2"]
         if byte:
             result = life_main(size, mesh, monkeypatch, *common, "--steps", str(steps),
                                "--out", str(tmp / f"byte{suffix}"))  # fmt: skip

@@ -8,6 +8,7 @@ with NumPy (the same arithmetic as a single-process run).
 
 import errno
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -66,8 +67,10 @@ def stream(path, u, step, times, every, restart_step=None, **kw):
                              diagnostics=("top",), attrs={"example": "t"},
                              restart_step=restart_step, **kw) as out:  # fmt: skip
         for i, t in enumerate(times):
-            if i:
-                u = pgas.run(step, u, every)
+            if i:  # k = 2: groups of two steps between writes (auto's k, 16 for heat and 7
+                # for Life here, is more than the steps between them: its group would be
+                # compiled and never run)
+                u = pgas.run(step, u, every, steps_per_exchange=2)
             shots.append(u.to_numpy())
             out.write(t, u, {"top": float(shots[-1].max())})
     return shots
@@ -147,7 +150,7 @@ def test_restart_drops_later_times_and_appends(tmp_path, suffix):
     path = tmp_path / f"r{suffix}"
     stream(path, heat_field(2), heat_step, [0, 5, 10, 15, 20], 5)
     # the run restarts from a checkpoint at step 10, on another device count
-    u = pgas.run(heat_step, heat_field(3), 10)
+    u = pgas.run(heat_step, heat_field(3), 10, steps_per_exchange=2)  # as stream() runs
     stream(path, u, heat_step, [10, 15, 20, 25], 5, restart_step=10)
     u0 = np.sin(np.arange(1001) / 10.0).astype(np.float32)
     with open_store(path) as ds:
@@ -165,7 +168,7 @@ def test_interrupted_run_keeps_committed_snapshots(tmp_path):
                                  attrs={"example": "t"}) as out:  # fmt: skip
             for t in (0, 1, 2):
                 out.write(t, u, {"top": 1.0})
-                u = pgas.run(heat_step, u, 1)
+                u = pgas.run(heat_step, u, 1, steps_per_exchange=2)  # as stream() runs
             raise KeyboardInterrupt
     with xr.open_zarr(path) as ds:  # the last snapshot was written but never committed
         assert ds["time"].values.tolist() == [0, 1]
@@ -267,8 +270,6 @@ def test_other_processes_never_look_at_a_half_made_store(tmp_path):
     """Process 0 has begun the store (a directory, no metadata yet) when process 1 opens
     the writer: process 1 must not judge the path itself (it used to refuse it as 'not a
     Zarr store' and leave process 0 waiting in a collective); it waits for process 0."""
-    import shutil
-
     path = tmp_path / "run.zarr"
     path.mkdir()  # what process 1 could see of process 0's work in progress
     kw = dict(name="u", dims=("x",), shape=(6,), dtype="float32", diagnostics=("max",))
@@ -284,6 +285,7 @@ def test_other_processes_never_look_at_a_half_made_store(tmp_path):
 
 
 needs_mpiexec = pytest.mark.skipif(not common.MPIEXEC.exists(), reason="no mpiexec")
+PEAK_N = 4_000_003  # test_peak_memory_is_flat_in_the_number_of_snapshots: a 16 MB field
 
 
 def expected_heat(times, n=1001):
@@ -298,74 +300,103 @@ def assert_store(path, times, n=1001):
             assert ds["u"].values[i].tobytes() == want.tobytes(), (path, times[i])
 
 
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """One ``mpiexec -n 2`` launch of stream.py (JAX path, 1 device per process) whose runs
+    follow one another in the same two processes: the store of
+    test_processes_write_one_store_equal_to_numpy, the two runs of
+    test_peak_memory_is_flat_in_the_number_of_snapshots, then the run that is SIGKILLed after
+    the write of step 25 (last: the kill ends the launch), restarted in
+    test_sigkill_then_restart_on_other_process_count. Its folder."""
+    tmp = tmp_path_factory.mktemp("two_processes")
+    written = [str(tmp / "run.zarr"), "--every", "5", "--snapshots", "4", "--also",
+               str(tmp / "run.nc"), "--comm"]  # fmt: skip
+    memory = [[str(tmp / f"m{count}.zarr"), "--n", str(PEAK_N), "--every", "2", "--snapshots",
+               str(count), "--stats", str(tmp / f"stats{count}")]
+              for count in (2, 16)]  # fmt: skip
+    # MALLOC_*: see test_peak_memory_is_flat_in_the_number_of_snapshots (-genv: every process)
+    cmd = [str(common.MPIEXEC), "-genv", "MALLOC_ARENA_MAX", "1", "-genv",
+           "MALLOC_MMAP_THRESHOLD_", "1048576", "-n", "2", sys.executable, str(STREAM),
+           *written, "--", *memory[0], "--", *memory[1], "--", *killed_run(tmp),
+           "--sleep-after", "6"]  # fmt: skip
+    common.kill_after(cmd, tmp / "run.log", "SLEEPING after the write of step 25", 300)
+    shutil.copytree(tmp / "k.zarr", tmp / "killed.zarr")  # as the kill left it: the restart
+    return tmp  # appends to k.zarr
+
+
+def killed_run(tmp) -> list[str]:
+    """The arguments of the run that is killed (with --sleep-after) and restarted."""
+    return [str(tmp / "k.zarr"), "--every", "5", "--snapshots", "8", "--ckpt", str(tmp / "ck"),
+            "--ckpt-every", "10"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def four_processes(two_processes):
+    """One ``mpiexec -n 4`` launch: the restart of the killed run from its checkpoint of
+    step 20, then the NumPy + mpi4py run of test_mpi_backend_writes_blocks_with_regions.
+    The folder and the launch's result."""
+    tmp = two_processes
+    r = common.mpiexec(4, str(STREAM), *killed_run(tmp), "--restart", "--",
+                       str(tmp / "m.zarr"), "--backend", "mpi", "--also", str(tmp / "m.nc"),
+                       timeout=240)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return tmp, r
+
+
 @needs_mpiexec
 @pytest.mark.slow
-def test_processes_write_one_store_equal_to_numpy(tmp_path):
+def test_processes_write_one_store_equal_to_numpy(two_processes):
     """JAX path (1 device per process), 2 processes, into .zarr and .nc (through MPI). Four
     processes write into one store in the restart below; one process (1 device) in
     test_heat_store_equals_numpy_bitwise, and under mpiexec -n 1 in
     tests/examples/test_examples_distributed.py."""
-    path, processes = tmp_path / "run.zarr", 2
-    r = common.mpiexec(processes, str(STREAM), str(path), "--every", "5", "--snapshots", "4",
-                       "--also", str(tmp_path / "run.nc"), "--comm", timeout=240)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    path, processes = two_processes / "run.zarr", 2
     assert_store(path, [0, 5, 10, 15])
     with xr.open_zarr(path) as ds:
         assert ds.attrs["processes"] == processes
-    assert_store(tmp_path / "run.nc", [0, 5, 10, 15])
+    assert_store(two_processes / "run.nc", [0, 5, 10, 15])
 
 
 @needs_mpiexec
 @pytest.mark.slow
-def test_mpi_backend_writes_blocks_with_regions(tmp_path):
-    """NumPy + mpi4py on 3 ranks (blocks 334, 334, 333) into one .zarr and one .nc."""
-    r = common.mpiexec(3, str(STREAM), str(tmp_path / "m.zarr"), "--backend", "mpi",
-                       "--also", str(tmp_path / "m.nc"), timeout=240)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+def test_mpi_backend_writes_blocks_with_regions(four_processes):
+    """NumPy + mpi4py on 4 ranks (blocks 251, 250, 250, 250: two of them between two others)
+    into one .zarr and one .nc."""
+    tmp, _ = four_processes
     for name in ("m.zarr", "m.nc"):
-        assert_store(tmp_path / name, [0, 5, 10, 15, 20, 25])
+        assert_store(tmp / name, [0, 5, 10, 15, 20, 25])
 
 
 @needs_mpiexec
 @pytest.mark.slow
-def test_sigkill_then_restart_on_other_process_count(tmp_path):
+def test_sigkill_then_restart_on_other_process_count(two_processes, four_processes):
     """2 processes are SIGKILLed after the write of step 25 (checkpoints at 0, 10, 20);
     4 processes restart from step 20: the store has every step once, bitwise."""
-    path, ck, log = tmp_path / "k.zarr", tmp_path / "ck", tmp_path / "run.log"
-    args = [str(STREAM), str(path), "--every", "5", "--snapshots", "8", "--ckpt", str(ck),
-            "--ckpt-every", "10"]  # fmt: skip
-    cmd = [str(common.MPIEXEC), "-n", "2", sys.executable, *args, "--sleep-after", "6"]
-    common.kill_after(cmd, log, "SLEEPING after the write of step 25", 180)
     # 25 was written, not committed; 20 is committed in the background while 25 is written
-    times = xr.open_zarr(path)["time"].values.tolist()
+    times = xr.open_zarr(two_processes / "killed.zarr")["time"].values.tolist()
     assert times in ([0, 5, 10, 15], [0, 5, 10, 15, 20]), times
-    assert_store(path, times)  # the store opens and holds what was committed, bitwise
-    r = common.mpiexec(4, *args, "--restart", timeout=240)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert_store(two_processes / "killed.zarr", times)  # it opens, holds what was committed
+    _, r = four_processes
     assert "RESTART from step 20 on 4 process(es)" in r.stdout
-    assert_store(path, [0, 5, 10, 15, 20, 25, 30, 35])
+    assert_store(two_processes / "k.zarr", [0, 5, 10, 15, 20, 25, 30, 35])
 
 
 @needs_mpiexec
 @pytest.mark.slow
-def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
+def test_peak_memory_is_flat_in_the_number_of_snapshots(two_processes):
     """A 16 MB field on 2 processes: 16 snapshots after 2 add less than 3 fields
     (48 MB) to the peak RSS of every process; holding each snapshot's block would add 14
     blocks (112 MB), gathering them 14 fields. MALLOC_ARENA_MAX=1 keeps glibc's
     per-thread arenas (a fixed cost, not growth) out of the comparison, and a fixed
     MALLOC_MMAP_THRESHOLD_ gives every buffer over 1 MB back to the system when freed,
     so the peak RSS counts live memory, not what glibc's heap keeps for later."""
-    n, field = 4_000_003, 4_000_003 * 4
-    # one launch: the run of 2 snapshots, then in the same processes the run of 16 (the peak
-    # RSS of the second is at least the first's; with buffers over 1 MB given back, each
-    # snapshot's block held would raise it as above)
-    runs = [[str(tmp_path / f"m{count}.zarr"), "--n", str(n), "--every", "2", "--snapshots",
-             str(count), "--stats", str(tmp_path / f"stats{count}")]
-            for count in (2, 16)]  # fmt: skip
-    r = common.mpiexec(2, str(STREAM), *runs[0], "--", *runs[1], timeout=240,
-                       MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="1048576")  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    peaks = {count: [json.loads((tmp_path / f"stats{count}.{k}.json").read_text())
+    n, field = PEAK_N, PEAK_N * 4
+    # the run of 2 snapshots, then in the same processes the run of 16 (the peak RSS of the
+    # second is at least the first's; with buffers over 1 MB given back, each snapshot's
+    # block held would raise it as above); the small run before them (1001 cells) peaks
+    # below both
+    tmp = two_processes
+    peaks = {count: [json.loads((tmp / f"stats{count}.{k}.json").read_text())
                      for k in range(2)] for count in (2, 16)}  # fmt: skip
     for a, b in zip(peaks[2], peaks[16]):
         grew = (b["rss_kib"] - a["rss_kib"]) * 1024
@@ -375,6 +406,6 @@ def test_peak_memory_is_flat_in_the_number_of_snapshots(tmp_path):
         # what NumPy allocated while streaming: flat too (one block more at most: 14 blocks
         # more if the blocks of every snapshot were kept)
         assert b["traced_peak"] < a["traced_peak"] + field, (a, b)
-    with xr.open_zarr(tmp_path / "m16.zarr") as ds:
+    with xr.open_zarr(tmp / "m16.zarr") as ds:
         assert ds.sizes["time"] == 16
         assert ds["u"][15].values.tobytes() == expected_heat([30], n)[0].tobytes()

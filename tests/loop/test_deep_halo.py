@@ -42,12 +42,13 @@ def _arrays(state):
 
 
 def test_heat_keep_uneven_sizes():
-    """Blocks of 5 and 4 cells: at k = 4 a halo as wide as a short block. (1003 cells on 3
-    devices took this uneven path; even blocks at k > 1: the wave and constant cases below.)"""
+    """Blocks of 5 and 4 cells: at k = 4 (even) a halo as wide as a short block; k = 3 odd.
+    (1003 cells on 3 devices took this uneven path; even blocks at k > 1: the wave and
+    constant cases below; k = 2 ran the even loop of k = 4 with a shorter body.)"""
     x0 = np.random.default_rng(37).random(37).astype(np.float32)
     mesh = pgas.make_mesh(("x",), devices=8)
     make = lambda: pgas.from_numpy(x0, mesh, boundary=pgas.Keep())  # noqa: E731
-    _run_all_k(heat, make, 17, ks=(2, 3, 4), want=[heat_numpy(x0, 17)])
+    _run_all_k(heat, make, 17, ks=(3, 4), want=[heat_numpy(x0, 17)])
 
 
 def test_halo_two_with_each_boundary():
@@ -110,7 +111,18 @@ def test_wave_equation_two_time_levels():
     u, old = u0.copy(), v0.copy()
     for _ in range(19):
         u, old = 2.0 * u - old + 0.25 * (np.roll(u, 1) - 2.0 * u + np.roll(u, -1)), u
-    _run_all_k(step, make, 19, ks=(2, 5), want=[old, u])  # dict leaves in key order: old, u
+    _run_all_k(step, make, 19, ks=(2, 3), want=[old, u])  # dict leaves in key order: old, u
+
+
+def _life_fixed_numpy(b: np.ndarray, steps: int) -> np.ndarray:
+    """B3/S23 on the interior, the edge cells fixed (the slices of ``stencils.life``)."""
+    b = b.copy()
+    for _ in range(steps):
+        n = sum(b[1 + dy : b.shape[0] - 1 + dy, 1 + dx : b.shape[1] - 1 + dx]
+                for dy, dx in NEIGHBOURS_2D)  # fmt: skip
+        c = b[1:-1, 1:-1]
+        b[1:-1, 1:-1] = ((n == 3) | ((c == 1) & (n == 2))).astype(b.dtype)
+    return b
 
 
 def test_life_diagonals_torus_and_fixed_edges():
@@ -120,7 +132,8 @@ def test_life_diagonals_torus_and_fixed_edges():
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 3), devices=6)
     make = lambda: pgas.from_numpy(b0, mesh)  # noqa: E731
     _run_all_k(life_torus, make, 9, ks=(2,), want=[life_numpy(b0, 9)])  # even k
-    _run_all_k(life, make, 7, ks=(3,))  # slices: the edges stay fixed; odd k (groups in pairs)
+    # slices: the edges stay fixed; odd k (groups in pairs)
+    _run_all_k(life, make, 7, ks=(3,), want=[_life_fixed_numpy(b0, 7)])
 
 
 def test_heat3d_mixed_boundaries():
@@ -182,15 +195,16 @@ def test_explicit_path_deep_halos(bc):
     # NumPy's bits (k = 1 gave them; the explicit path at k = 1 under each boundary kind:
     # tests/references/test_explicit.py, test_until_backends.py)
     want = heat_numpy(x0, 23)
-    # groups of 4 steps, then 23 % 4 single ones: one loop for every k (k = 2 took it too)
-    out = explicit.run(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 23, 1, region, 4)
+    # groups of 2 steps, then 23 % 2 single ones: one loop for every k (k = 4 took it too; the
+    # step writes the interior only, so no ghost's value reaches the result at any k)
+    out = explicit.run(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 23, 1, region, 2)
     np.testing.assert_array_equal(out.to_numpy(), want)
-    auto = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=bc), 23, steps_per_exchange=4)
+    auto = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=bc), 23, steps_per_exchange=2)
     np.testing.assert_array_equal(auto.to_numpy(), want)
     report = explicit.comm_report(kernel, pgas.from_numpy(x0, mesh, boundary=bc), 1, region,
-                                  steps_per_exchange=4)  # fmt: skip
+                                  steps_per_exchange=2)  # fmt: skip
     assert (
-        report.per_exchange("collective-permute") == 2 and report.count("collective-permute") == 0.5
+        report.per_exchange("collective-permute") == 2 and report.count("collective-permute") == 1
     )
 
 
@@ -265,7 +279,7 @@ def test_two_dependent_assignments_of_mixed_topology_run_without_frames():
 
 def test_a_constant_read_across_the_axis_keeps_deep_halos():
     """A constant is extended as far as the state: frames narrow enough to hold it."""
-    i = np.arange(64)
+    i = np.arange(32)
     u0, c0 = np.sin(i / 5.0), np.cos(i / 3.0)
     mesh = pgas.make_mesh(("x",), devices=4)
     c = pgas.from_numpy(c0, mesh, boundary=pgas.Periodic())
@@ -277,12 +291,12 @@ def test_a_constant_read_across_the_axis_keeps_deep_halos():
         return u
 
     how = pgas.plan.plan(step, make())
-    assert how.widths == (1,) and 1 < how.steps_per_exchange <= 16 // 2  # blocks of 16 cells
+    assert how.widths == (1,) and 1 < how.steps_per_exchange <= 8 // 2  # blocks of 8 cells
     ref = u0.copy()
     for _ in range(11):
         ref = (0.5 * ref + 0.125 * (np.roll(c0, 1) + np.roll(c0, -1))
                + 0.125 * (np.roll(ref, 1) + np.roll(ref, -1)))  # fmt: skip
-    _run_all_k(step, make, 11, ks=(5, "auto"), want=[ref])  # odd; even (auto: 8)
+    _run_all_k(step, make, 11, ks=(3, "auto"), want=[ref])  # odd; even (auto: 4)
 
 
 # ---- Neumann faces in the double-buffered loop: ghosts re-filled in the buffer ----------

@@ -20,26 +20,35 @@ def five_point(p):
     return out
 
 
+# The user's problem: 17 x 17 points, boundary values on the Keep faces. On 3 devices (17
+# rows split unevenly) the tests below solve it and check their operators there too: an eager
+# solve compiles once per operator, layout and iteration limit, a symmetry check once per
+# operator and layout.
+N = 17
+B = np.random.default_rng(0).standard_normal((N, N))
+X0 = np.zeros((N, N))
+X0[0, :], X0[:, -1] = 1.0, -0.5
+
+
+def on(devices: int, *arrays):
+    mesh = pgas.make_mesh(("y", "x"), devices=devices)
+    return [pgas.from_numpy(a, mesh, boundary=pgas.Keep()) for a in arrays]
+
+
 def test_cg_of_a_user_operator_is_the_dense_solution_with_the_same_bits_on_every_mesh():
-    n = 17
-    rng = np.random.default_rng(0)
-    b = rng.standard_normal((n, n))
-    x0 = np.zeros((n, n))
-    x0[0, :], x0[:, -1] = 1.0, -0.5  # boundary values on the Keep faces
-    want = ref.solve(b, ("keep", "keep"), 1.0, None, x0)
+    want = ref.solve(B, ("keep", "keep"), 1.0, None, X0)
     seen = []
     # an uneven split (17 rows on 3 devices), then a 2 x 2 mesh; the first also checks that
     # the operator is symmetric before iterating (check=True, the default)
     for devices, check in ((3, True), (4, False)):
-        mesh = pgas.make_mesh(("y", "x"), devices=devices)
-        f = lambda a: pgas.from_numpy(a, mesh, boundary=pgas.Keep())  # noqa: E731
-        sol = pgas.solvers.cg(five_point, f(b), f(x0), tol=1e-10, check=check)
+        b, x0 = on(devices, B, X0)
+        sol = pgas.solvers.cg(five_point, b, x0, tol=1e-10, check=check)
         assert bool(sol.converged) and float(sol.residual) <= 1e-10
         seen.append((sol.x.to_numpy(), int(sol.iterations)))
     np.testing.assert_allclose(seen[0][0], want, atol=1e-9 * abs(want).max())
     for x, iterations in seen[1:]:
         assert np.array_equal(x, seen[0][0]) and iterations == seen[0][1]
-    assert np.array_equal(seen[0][0][0], x0[0])  # the boundary values, kept
+    assert np.array_equal(seen[0][0][0], X0[0])  # the boundary values, kept
 
 
 def test_multigrid_preconditioned_cg_needs_few_iterations_and_solves_it():
@@ -57,14 +66,13 @@ def test_multigrid_preconditioned_cg_needs_few_iterations_and_solves_it():
 
 
 def test_reaching_the_limit_warns_and_says_not_converged():
-    b = pgas.from_numpy(np.random.default_rng(2).random((9, 9)), pgas.make_mesh(devices=1),
-                        boundary=pgas.Keep())  # fmt: skip
+    b, x0 = on(3, B, X0)  # the default limit: the first test's program
     with pytest.warns(pgas.NonConvergenceWarning, match=r"cg reached its limit of 2 iter"):
-        sol = pgas.solvers.cg(five_point, b, max_iters=2)
+        sol = pgas.solvers.cg(five_point, b, x0, max_iters=2)
     assert not bool(sol.converged) and int(sol.iterations) == 2 and float(sol.residual) > 1e-3
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert bool(pgas.solvers.cg(five_point, b).converged)
+        assert bool(pgas.solvers.cg(five_point, b, x0).converged)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -85,8 +93,7 @@ def test_an_operator_returning_another_shape_is_named():
 
 
 def test_an_operator_that_is_not_symmetric_is_refused_before_iterating():
-    b = pgas.zeros((9, 9), pgas.make_mesh(("y", "x"), devices=4), dtype=np.float64,
-                   boundary=pgas.Keep())  # fmt: skip
+    (b,) = on(3, np.zeros((N, N)))  # the first test's layout: five_point passed there
 
     def upwind(p):
         out = p.copy()
