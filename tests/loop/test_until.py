@@ -54,9 +54,7 @@ def test_auto_check_every_and_max_steps_reached_warns():
 
 
 def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
-    # the shapes, max_steps and check_every of test_jacobi_until_converged_matches_numpy_bitwise
-    # on 2 x 2: at 1e-6 the same XLA program, loaded from the compilation cache
-    f = np.random.default_rng(4).random((15, 13)) / 14**2
+    f = np.random.default_rng(4).random((14, 11)) / 13**2
     mesh = pgas.make_mesh(("y", "x"), shape=(2, 2), devices=4)
 
     def solve(tol):  # a time step of a flow solver would call this once per step
@@ -65,7 +63,7 @@ def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
                 - 4 * u[1:-1, 1:-1]  # fmt: skip
             return pgas.max(abs(r)) < tol
 
-        return pgas.run_until(jacobi, field(np.zeros_like(f), mesh), converged, 2000,
+        return pgas.run_until(jacobi, field(np.zeros_like(f), mesh), converged, 4000,
                               check_every=8, params=field(f, mesh))  # fmt: skip
 
     tight = solve(1e-6)
@@ -77,7 +75,7 @@ def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
     loose = solve(1e-3)  # another tolerance: its own program, its own answer
     assert compiles
     for out, tol in ((tight, 1e-6), (loose, 1e-3)):
-        want, steps = jacobi_numpy(f, 8, 2000, tol)
+        want, steps = jacobi_numpy(f, 8, 4000, tol)
         assert out.converged and out.steps_taken == steps
         np.testing.assert_array_equal(out.state.to_numpy(), want)
     assert loose.steps_taken < tight.steps_taken
@@ -93,7 +91,7 @@ def test_a_converged_made_anew_per_call_reuses_the_program(compiles):
                 - 4 * e[1:-1, 1:-1]  # fmt: skip
             return reduce(abs(r), "max") < tol
 
-        return explicit.run_until(kernel, field(np.zeros_like(f), mesh), converged, 2000,
+        return explicit.run_until(kernel, field(np.zeros_like(f), mesh), converged, 4000,
                                   region=(slice(1, -1), slice(1, -1)), check_every=8,
                                   params=field(f, mesh))  # fmt: skip
 
@@ -341,8 +339,8 @@ def test_forward_mode_runs_the_tangent_through_the_same_loop():
 def test_a_loop_inside_a_step_compiles_into_one_program_as_a_python_loop_runs():
     """run_until (params a GlobalArray, or a closure) and run inside a step of run/run_until:
     the outer step runs without frames, each inner loop as a standalone call."""
-    mesh = pgas.make_mesh(("x",), devices=3)  # blocks 3, 3, 2: the inner run's k is 2
-    b = pgas.from_numpy(np.linspace(0.0, 1.0, 8), mesh, boundary=pgas.Keep())
+    mesh = pgas.make_mesh(("x",), devices=3)
+    b = pgas.from_numpy(np.linspace(0.0, 1.0, 11), mesh, boundary=pgas.Keep())
 
     def jacobi(u, b):
         u[1:-1] = 0.5 * (u[:-2] + u[2:]) + 0.1 * b[1:-1]
@@ -362,7 +360,7 @@ def test_a_loop_inside_a_step_compiles_into_one_program_as_a_python_loop_runs():
     def with_closure(u):
         return pgas.run(inner_step, u, 3)
 
-    u0 = pgas.from_numpy(np.arange(8.0), mesh, boundary=pgas.Keep())
+    u0 = pgas.from_numpy(np.arange(11.0), mesh, boundary=pgas.Keep())
     want_p, want_c = u0, u0
     for _ in range(3):
         want_p, want_c = with_params(want_p, b), with_closure(want_c)
