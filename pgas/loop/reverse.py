@@ -347,6 +347,12 @@ class Checkpointed:
     held: tuple = ()
     with_params: bool = False
 
+    @property
+    def _widths(self) -> tuple[int, ...]:
+        """The reach per axis, both sides alike: what the params and held arrays are
+        extended by (two of them for an adjoint frame)."""
+        return tuple(max(lo, hi) for lo, hi in self.reach)
+
     def forward(self, state: State, params: Any) -> tuple[State, tuple]:
         """The run's result, and what reverse mode keeps: the checkpoints (stacked) and the
         last segment's start."""
@@ -380,7 +386,7 @@ class Checkpointed:
         """``(one, back, given)`` on blocks: one step recomputed (:func:`recompute`), one
         adjoint step (:func:`adjoint_step`; with :attr:`with_params` it reads the params it
         is given) and the params, the params and held arrays extended for them."""
-        widths = tuple(max(lo, hi) for lo, hi in self.reach)
+        widths = self._widths
         held = tuple(c.field for c in self.held if c.field is not None)
         with loop_inputs(params, held, widths, 2) as given:  # an adjoint frame: 2 reaches
             body = step_fn(self.step, step_params(given, self.takes_params))
@@ -432,7 +438,7 @@ class Checkpointed:
         """The params' cotangent from ``total``, that of each of their differentiable leaves
         as a segment extended them: the extension transposed (each frame's halo cells sent
         back to the cells they copy, halo-sized collective-permutes), zero for the rest."""
-        widths = tuple(max(lo, hi) for lo, hi in self.reach)
+        widths = self._widths
         leaves, tree = jax.tree.flatten(params, is_leaf=_is_array)
         free = differentiable_leaves(params)
 
