@@ -1,6 +1,7 @@
 """pgas.run inside JAX: jit against the standalone call, the gradient's time and memory, params.
 
     python benchmarks/transforms.py [--tiny] [--out benchmarks/results/transforms.json]
+    python benchmarks/transforms.py --platform gpu --out DIR/transforms_gpu.json
 
 In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
 
@@ -19,6 +20,9 @@ In one process on 4 virtual CPU devices (heat1d on 2 of them, Life on 4):
   its velocity field (params ``a``, ``b``), a 2-D advection-diffusion step
   (512**2, 500 steps, 2 devices), and the Burgers gradient's memory for 100, 1000
   and 10000 steps.
+
+With ``--platform gpu``, the gradients only (heat1d's and ``nonlinear``'s), on one GPU at
+sizes that fill it (2**24 cells in 1-D, 4096**2 in 2-D; the steps as above).
 
 Timings are medians of repeats on a shared machine; compare ratios within one run.
 """
@@ -42,7 +46,12 @@ def main(argv=None) -> dict:
     p.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", help="write the JSON here")
+    p.add_argument("--platform", choices=("cpu", "gpu"), default="cpu",
+                   help="gpu: the gradients only, on one GPU, at GPU sizes")  # fmt: skip
     a = p.parse_args(argv)
+    if a.platform == "gpu":
+        os.environ["JAX_PLATFORMS"] = "cuda"
+        return gpu(a)
     import jax
     import numpy as np
     from common import machine, median_seconds, paired_seconds
@@ -52,10 +61,6 @@ def main(argv=None) -> dict:
     heat_n, life_n = (2**12, 64) if a.tiny else (2**20, 1024)
     heat_steps, life_steps, grad_steps = (32, 8, 40) if a.tiny else (1000, 100, 1000)
     reps = 2 if a.tiny else a.repeats
-
-    def heat(u):
-        u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
-        return u
 
     def life(g):
         n = sum(pgas.shift(pgas.shift(g, dy, 0), dx, 1)
@@ -91,16 +96,8 @@ def main(argv=None) -> dict:
                             "ratio": inside / alone, "bitwise_equal": bool(same)}  # fmt: skip
         print(name, out["jit"][name], flush=True)
 
-    k = pgas.plan.plan(heat, cases["heat1d"][1]()).steps_per_exchange
-    fwd = jax.jit(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2))
-    vg = jax.jit(jax.value_and_grad(lambda u: pgas.sum(pgas.run(heat, u, grad_steps) ** 2)))
     u = cases["heat1d"][1]()
-    t = paired_seconds({"fwd": lambda: jax.block_until_ready(fwd(u)),
-                        "vg": lambda: jax.block_until_ready(vg(u))}, reps)  # fmt: skip
-    t_fwd, t_vg = t["fwd"], t["vg"]
-    out["grad"] = {"steps": grad_steps, "k": k, "forward_s": t_fwd, "value_and_grad_s": t_vg,
-                   "ratio": t_vg / t_fwd}  # fmt: skip
-    print("grad", out["grad"], flush=True)
+    out["grad"] = affine(heat, u, grad_steps, reps)
 
     for steps in (100, 1000, 10000):
         row = gradient_memory(lambda u, n=steps: pgas.sum(pgas.run(heat, u, n)), u, steps,
@@ -108,7 +105,7 @@ def main(argv=None) -> dict:
         out["memory"].append(row)
         print("memory", row, flush=True)
 
-    out["nonlinear"] = nonlinear(a.tiny, reps)
+    out["nonlinear"] = nonlinear(a.tiny, reps, devices=2)
 
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
@@ -139,6 +136,51 @@ def main(argv=None) -> dict:
     return out
 
 
+def heat(u):
+    u[1:-1] = 0.5 * u[1:-1] + 0.25 * (u[:-2] + u[2:])
+    return u
+
+
+def affine(step, u, steps: int, reps: int) -> dict:
+    """``jax.value_and_grad`` of ``sum(run(step, u, steps)**2)`` against the jitted forward,
+    in turn (the transposed loop of an affine step)."""
+    import jax
+    from common import paired_seconds
+
+    import pgas
+
+    k = pgas.plan.plan(step, u).steps_per_exchange
+    fwd = jax.jit(lambda u: pgas.sum(pgas.run(step, u, steps) ** 2))
+    vg = jax.jit(jax.value_and_grad(lambda u: pgas.sum(pgas.run(step, u, steps) ** 2)))
+    t = paired_seconds({"fwd": lambda: jax.block_until_ready(fwd(u)),
+                        "vg": lambda: jax.block_until_ready(vg(u))}, reps)  # fmt: skip
+    row = {"steps": steps, "k": k, "forward_s": t["fwd"], "value_and_grad_s": t["vg"],
+           "ratio": t["vg"] / t["fwd"]}  # fmt: skip
+    print("grad", row, flush=True)
+    return row
+
+
+def gpu(a) -> dict:
+    """The gradients on one GPU: heat1d's (affine) and ``nonlinear``'s, at GPU sizes."""
+    import jax
+    import numpy as np
+    from common import machine
+
+    import pgas
+
+    mesh = pgas.make_mesh(("x",), devices=1)
+    x0 = np.random.default_rng(0).random(2**12 if a.tiny else 2**24).astype(np.float32)
+    u = pgas.from_numpy(x0, mesh, boundary=pgas.Keep())
+    out = {"machine": machine(), "platform": jax.default_backend(), "tiny": a.tiny,
+           "grad": affine(heat, u, 40 if a.tiny else 1000, a.repeats),
+           "nonlinear": nonlinear(a.tiny, a.repeats, devices=1, n=2**24, side=4096)}  # fmt: skip
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
 def gradient_memory(loss, u, steps: int, block: int) -> dict:
     """XLA's memory analysis of ``jax.grad(loss)`` at ``u``, in blocks of ``block`` bytes,
     against ``2.5 sqrt(steps) + 10``."""
@@ -150,7 +192,7 @@ def gradient_memory(loss, u, steps: int, block: int) -> dict:
     return {"steps": steps, "blocks": peak / block, "bound": 2.5 * math.sqrt(steps) + 10}
 
 
-def nonlinear(tiny: bool, reps: int) -> dict:
+def nonlinear(tiny: bool, reps: int, devices: int, n: int = 2**18, side: int = 512) -> dict:
     """Reverse mode through checkpointed segments (pgas.loop.reverse): of steps that are
     not affine, and with respect to a velocity field in params; value-and-grad against the
     jitted forward, in turn, and the gradient's memory."""
@@ -160,8 +202,8 @@ def nonlinear(tiny: bool, reps: int) -> dict:
 
     import pgas
 
-    mesh2 = pgas.make_mesh(("x",), devices=2)
-    mesh_y = pgas.make_mesh(("y",), devices=2)
+    mesh2 = pgas.make_mesh(("x",), devices=devices)
+    mesh_y = pgas.make_mesh(("y",), devices=devices)
 
     def burgers(u):
         u[1:-1] = (u[1:-1] - 0.2 * u[1:-1] * (u[2:] - u[:-2])
@@ -184,7 +226,7 @@ def nonlinear(tiny: bool, reps: int) -> dict:
         lap = sum(pgas.shift(q, o, ax) for ax in range(2) for o in (1, -1)) - 4.0 * q
         return (q - 0.1 * (vel["a"] * dx + vel["b"] * dy) + 0.05 * lap).to_array()
 
-    n, side = (2**10, 32) if tiny else (2**18, 512)
+    n, side = (2**10, 32) if tiny else (n, side)
     b_steps, g_steps = (20, 10) if tiny else (1000, 500)
     rng = np.random.default_rng(0)
     x = (0.5 + 0.4 * np.sin(np.linspace(0, 2 * np.pi, n))).astype(np.float32)
@@ -216,7 +258,7 @@ def nonlinear(tiny: bool, reps: int) -> dict:
     u = cases["burgers1d"][1]()
     for steps in (100,) if tiny else (100, 1000, 10000):
         row = gradient_memory(lambda u, n=steps: pgas.sum(pgas.run(burgers, u, n) ** 2), u,
-                              steps, n // 2 * 4)  # fmt: skip
+                              steps, n // devices * 4)  # fmt: skip
         out["memory"].append(row)
         print("nonlinear memory", row, flush=True)
     return out
