@@ -317,9 +317,8 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
     def tangent(derived, res, lin):
         (s, p, cs), (ds, dp) = res[:3], lin
         zero = jax.custom_derivatives.zero_from_primal
-        return jax.jvp(derived, (s, p, *cs[n:]), (zero(s) if ds is None else ds,
-                                                  zero(p) if dp is None else dp,
-                                                  *zero(cs[n:])))[1]  # fmt: skip
+        return jax.jvp(derived, (s, p, *cs[n:]),
+                       (_filled(s, ds), _filled(p, dp), *zero(cs[n:])))[1]  # fmt: skip
 
     @functools.partial(run.defjvp, symbolic_zeros=True)
     def run_jvp(primals, tangents):
@@ -332,13 +331,14 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
         if rev is not None:
             ahead, back = compiled(rev) if eager else (rev.forward, rev.back)
             out, kept = ahead(s, p)
-            # the linear arguments: the tangents that are not symbolic zeros
-            given = (None if _zero(ds) else _dense(s, ds), _dense(p, dp) if with_params else None)
+            # the linear arguments: the tangents that are not symbolic zeros, leaf by leaf
+            # (a leaf's zero made dense would be a constant among them)
+            given = (_live(ds), _live(dp) if with_params else None)
 
             def transpose(res, ct):
                 cts = back(res[3], ct, res[1])
                 cts = cts if with_params else (cts, None)
-                return tuple(None if x is None else c for x, c in zip(given, cts))
+                return tuple(_like(x, c) for x, c in zip(given, cts))
 
             rule = functools.partial(tangent, derived)
             lin = jax.custom_derivatives.linear_call(rule, transpose, (s, p, cs, kept), given)
@@ -352,6 +352,33 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
 def _zero(tangents) -> bool:
     """Every leaf of ``tangents`` is a symbolic zero (no derivative flows there)."""
     return all(type(t) is jax.custom_derivatives.SymbolicZero for t in jax.tree.leaves(tangents))
+
+
+def _live(tangents):
+    """``tangents`` with each symbolic zero made ``None`` (an empty subtree); ``None`` if all
+    are."""
+    if _zero(tangents):
+        return None
+    symbolic = jax.custom_derivatives.SymbolicZero
+    return jax.tree.map(lambda t: None if type(t) is symbolic else t, tangents)
+
+
+def _filled(primals, live):
+    """The tangents ``live`` (:func:`_live`'s form) with each ``None`` made zeros like its
+    primal's tangent."""
+    zero = jax.custom_derivatives.zero_from_primal
+    if live is None:
+        return zero(primals)
+    return jax.tree.map(lambda t, a: zero(a) if t is None else t, live, primals,
+                        is_leaf=lambda t: t is None)  # fmt: skip
+
+
+def _like(live, cts):
+    """The cotangents ``cts`` of the leaves that ``live`` (:func:`_live`'s form) has."""
+    if live is None:
+        return None
+    return jax.tree.map(lambda t, c: None if t is None else c, live, cts,
+                        is_leaf=lambda t: t is None)  # fmt: skip
 
 
 def _dense(primals, tangents):

@@ -163,6 +163,31 @@ def test_two_fields_on_a_2x2_mesh_wrt_a_speed_field_and_a_rate_against_jax():
     assert "collective-permute" in kinds and not kinds & {"all-gather", "all-to-all"}, kinds
 
 
+def test_a_gradient_with_respect_to_some_leaves_only():
+    """Leaves without a tangent (a Python number, a field not differentiated) are no linear
+    arguments of the way back: each gradient is its leaves' part of the hand-written adjoint
+    (a dense zero among them failed JAX's linear_call transpose)."""
+    n, steps, c = 19, 7, 0.2
+    rng = np.random.default_rng(5)
+    x0, w, nu0 = 0.5 + 0.3 * rng.random(n), rng.random(n), 0.05 + 0.1 * rng.random(n)
+    mesh = pgas.make_mesh(("x",), devices=2)
+
+    def field(x):
+        return pgas.from_numpy(x, mesh, boundary=pgas.Keep())
+
+    weight, u, nu = field(w), field(x0), field(nu0)
+    want_u, want_nu, want_c = numpy_gradient(x0, w, nu0, c, steps)
+
+    def loss(u, nu, c):
+        return pgas.sum(weight * pgas.run(burgers, u, steps, params={"nu": nu, "c": c}))
+
+    g_nu = jax.jit(jax.grad(lambda nu: loss(u, nu, c)))(nu)  # the speed a Python number
+    np.testing.assert_allclose(g_nu.to_numpy(), want_nu, rtol=1e-12, atol=1e-14)
+    g_u, g_c = jax.jit(jax.grad(loss, argnums=(0, 2)))(u, nu, c)  # nu not differentiated
+    np.testing.assert_allclose(g_u.to_numpy(), want_u, rtol=1e-12, atol=1e-14)
+    assert float(g_c) == pytest.approx(want_c, rel=1e-12)
+
+
 def test_params_that_the_checkpointed_way_back_does_not_take():
     """An integer leaf (no cotangent) or a field with a Neumann face: JAX's derivative of the
     loop instead (``None``), and the state-only way back is unchanged."""
