@@ -45,11 +45,16 @@ PEAK = 1.5
 SMALLEST = int(PEAK / (2 * NU)) + 2
 
 
+def advect_diffuse(u, c, d):
+    """One step in global view: ``c = dt / dx``, ``d = nu dt / dx**2`` (the diffusion number)."""
+    u[1:-1] = (u[1:-1] - 0.5 * c * u[1:-1] * (u[2:] - u[:-2])
+               + d * (u[2:] - 2 * u[1:-1] + u[:-2]))  # fmt: skip
+    return u
+
+
 def burgers(u, c):
     """One step in global view; ``c = dt / dx`` arrives as a parameter."""
-    u[1:-1] = (u[1:-1] - 0.5 * c * u[1:-1] * (u[2:] - u[:-2])
-               + DIFFUSION * (u[2:] - 2 * u[1:-1] + u[:-2]))  # fmt: skip
-    return u
+    return advect_diffuse(u, c, DIFFUSION)
 
 
 def courant(n: int) -> float:
@@ -130,16 +135,20 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(description: str, steps: int, iters: int) -> argparse.ArgumentParser:
+    """The flags this example shares with viscosity.py, defaults ``steps`` and ``iters``."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--n", type=int, default=1025, help="grid points")
-    p.add_argument("--steps", type=int, default=400, help="time steps to the observation")
-    p.add_argument("--iters", type=int, default=100, help="gradient-descent iterations")
+    p.add_argument("--steps", type=int, default=steps, help="time steps to the observation")
+    p.add_argument("--iters", type=int, default=iters, help="gradient-descent iterations")
     p.add_argument("--noise", type=float, default=0.01, help="noise standard deviation")
-    p.add_argument("--rate", type=float, default=0.5, help="gradient-descent step size")
     p.add_argument("--devices", type=int, default=4, help="virtual CPU devices")
-    p.add_argument("--plot", help="write a PNG of the fields and the misfit history")
     p.add_argument("--json", action="store_true", help="print the results as one JSON line")
+    return p
+
+
+def arguments(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``argv`` parsed by ``p``; bad sizes and noise exit naming the flag, value and fix."""
     args = p.parse_args(argv)
     for name in ("n", "steps", "iters", "devices"):
         if getattr(args, name) < 1:
@@ -149,11 +158,26 @@ def main(argv: list[str] | None = None) -> dict:
             f"--n {args.n}: central differences are unstable on so coarse a grid (cell "
             f"Reynolds number above 2 at nu = {NU}); give --n {SMALLEST} or more"
         )
+    if not args.noise >= 0:
+        p.error(f"--noise {args.noise}: a standard deviation; give 0 or more")
+    return args
+
+
+def start_jax(devices: int) -> None:
+    """JAX on ``devices`` virtual CPU devices, in float64."""
     try:
-        pgas.use_cpu_devices(args.devices)
+        pgas.use_cpu_devices(devices)
     except pgas.DeviceCountError:  # JAX runs already (a test): use that many of its devices
         pass
     jax.config.update("jax_enable_x64", True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = command_line(__doc__.splitlines()[0], steps=400, iters=100)
+    p.add_argument("--rate", type=float, default=0.5, help="gradient-descent step size")
+    p.add_argument("--plot", help="write a PNG of the fields and the misfit history")
+    args = arguments(p, argv)
+    start_jax(args.devices)
     result = invert(args.n, args.steps, args.iters, args.noise, args.devices, args.rate)
     if args.plot:
         plot(result, args.plot)
