@@ -61,7 +61,13 @@ def test_dtype_mismatch():
     g = pgas.zeros((8, 8), pgas.make_mesh(("y", "x"), devices=4), dtype=np.uint8)
     with pytest.raises(pgas.DTypeMismatchError, match="float(32|64) values to a uint8.*astype"):
         g[1:-1, 1:-1] = 0.5 * g[1:-1, 1:-1]
-    g[1:-1, 1:-1] = pgas.where(g[1:-1, 1:-1] > 0, 1, 0)  # Python ints fit: fine
+
+    def fits(g):  # Python ints fit: fine
+        g[1:-1, 1:-1] = pgas.where(g[1:-1, 1:-1] > 0, 1, 0)
+        return g
+
+    # under jax.jit, one program (run eagerly, every operation compiled on its own: 30)
+    assert jax.jit(fits)(g).dtype == np.uint8
 
 
 def test_shape_mismatch(u):

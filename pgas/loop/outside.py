@@ -70,7 +70,8 @@ def names_of(code: types.CodeType) -> tuple[str, ...]:
         stack.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
     out = tuple(sorted(names))
     key = id(code)
-    _NAMES[key] = (weakref.ref(code, lambda _, key=key: _NAMES.pop(key, None)), out)
+    # the callback holds the table itself: at exit the module's globals may be gone first
+    _NAMES[key] = (weakref.ref(code, lambda _, key=key, table=_NAMES: table.pop(key, None)), out)
     return out
 
 

@@ -13,7 +13,9 @@ from pgas.app.platform import Session
 from pgas.errors import PgasError
 from pgas.io import checkpoint
 
-FIRST = dict(backend="explicit", steps=8, devices=2, checkpoint_every=4)  # one compiled program
+# one compiled program; k = 4, a group in every chunk of 4 steps (auto's 16, more than a chunk,
+# would be compiled and never run), the restart's too
+FIRST = dict(backend="explicit", steps=8, devices=2, checkpoint_every=4, steps_per_exchange=4)
 
 
 def test_checkpoints_between_chunks_and_restart(tmp_path):

@@ -117,8 +117,10 @@ def test_restart_continues_the_store_without_duplicates(tmp_path, suffix):
     restart to 12 on auto (4 devices) appends: every time once, each snapshot bitwise."""
     out, ck = str(tmp_path / f"h{suffix}"), str(tmp_path / "ck")
     output = Output("u", ("x",), {"note": "t"}, diagnostics=_total)
+    # k = 2: a group in every chunk of 2 steps, on both runs (auto's 16 would be compiled and
+    # never run)
     opts = RunOptions(backend="explicit", steps=8, devices=2, snapshot_every=2, out=out,
-                      checkpoint=ck, checkpoint_every=4)  # fmt: skip
+                      checkpoint=ck, checkpoint_every=4, steps_per_exchange=2)  # fmt: skip
     runner.run(heat_problem(), opts, output=output)
     more = dataclasses.replace(opts, backend="auto", steps=12, devices=4, restart=True)
     r = runner.run(heat_problem(), more, output=output)

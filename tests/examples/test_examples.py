@@ -2,9 +2,9 @@
 
 The JAX backends run in this process (conftest: 8 CPU devices) by calling the
 examples' ``main(argv)``; ``--backend mpi`` runs under ``mpiexec -n 2`` (one
-launch per example, checked bitwise against NumPy), ``--compare`` in this process
-(its mpi row under ``mpiexec -n 2``), and one subprocess checks the message of
-``--backend mpi`` without mpiexec.
+launch runs both examples' ``main``, each checked bitwise against NumPy),
+``--compare`` in this process (its mpi row under ``mpiexec -n 2``), and one
+subprocess checks the message of ``--backend mpi`` without mpiexec.
 """
 
 from __future__ import annotations
@@ -105,16 +105,56 @@ def test_heat1d_end_to_end_jax(backend, tmp_path, capsys):
     assert png.stat().st_size > 1000
 
 
+# ---- --backend mpi: both examples in one mpiexec -n 2 launch -----------------------------------
+# Each process runs heat1d's main, then life's (each as its script does, with the options below);
+# what each process prints to its stdout (file descriptor 1) while an example runs goes to a
+# file of that example and process: the tests read each example's output, every process's, as
+# the launch's stdout (one launch, one interpreter, MPI and import per process instead of two).
+_BOTH = """
+import os, runpy, sys
+rank = os.environ.get("PMI_RANK", "0")  # the launcher's rank (MPICH's Hydra)
+out, rest = sys.argv[1], sys.argv[2:]
+cut = rest.index("--")
+for name, script, *argv in (rest[:cut], rest[cut + 1 :]):
+    sys.stdout.flush()
+    fd = os.open(os.path.join(out, f"{name}.{rank}.stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.close(fd)
+    runpy.run_path(script, run_name="example")["main"](argv)
+    sys.stdout.flush()
+"""
+
+
+@pytest.fixture(scope="module")
+def mpi_runs(tmp_path_factory) -> dict:
+    """``mpiexec -n 2``: heat1d, then life, with ``--backend mpi`` in the same two processes:
+    ``{name: (returncode, stdout of both processes, stderr, output folder)}``."""
+    tmp = tmp_path_factory.mktemp("mpi_runs")
+    heat = ["--backend", "mpi", "--n", "1001", "--steps", "100", "--init", "random", "--seed",
+            "3", "--dtype", "float64", "--steps-per-exchange", "4", "--snapshot-every", "20",
+            "--out", str(tmp / "heat.nc"), "--plot", str(tmp / "heat.png"), "--json",
+            "--quiet"]  # fmt: skip
+    # 12 steps, a snapshot after each (the GIF's frames)
+    life = ["--backend", "mpi", "--size", "37x50", "--pattern", "random", "--density", "0.4",
+            "--seed", "9", "--steps", "12", "--out", str(tmp / "life.nc"), "--plot",
+            str(tmp / "life.gif"), "--json"]  # fmt: skip
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-c", _BOTH, str(tmp), "heat1d", str(HEAT),
+           *heat, "--", "life", str(LIFE), *life]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=_env())
+    runs = {}
+    for name in ("heat1d", "life"):
+        files = [tmp / f"{name}.{rank}.stdout" for rank in (0, 1)]
+        stdout = "".join(f.read_text() for f in files if f.exists())
+        runs[name] = (proc.returncode, stdout, proc.stderr, tmp)
+    return runs
+
+
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
-def test_heat1d_end_to_end_mpi(tmp_path):
-    out, png = tmp_path / "heat.nc", tmp_path / "heat.png"
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(HEAT), "--backend", "mpi", "--n", "1001",
-           "--steps", "100", "--init", "random", "--seed", "3", "--dtype", "float64",
-           "--steps-per-exchange", "4", "--snapshot-every", "20", "--out", str(out),
-           "--plot", str(png), "--json", "--quiet"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
-    assert proc.returncode == 0, proc.stderr
-    lines = [x for x in proc.stdout.splitlines() if x.strip()]
+def test_heat1d_end_to_end_mpi(mpi_runs):
+    returncode, stdout, stderr, tmp = mpi_runs["heat1d"]
+    out, png = tmp / "heat.nc", tmp / "heat.png"
+    assert returncode == 0, stderr
+    lines = [x for x in stdout.splitlines() if x.strip()]
     assert len(lines) == 1  # --quiet, and only rank 0 prints
     d = json.loads(lines[0])
     assert d["checksum"] == checksum(heat_numpy(H.initial(1001, "random", seed=3), 100))
@@ -154,19 +194,15 @@ def test_life_end_to_end_jax(backend, tmp_path, capsys):
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec next to python")
-def test_life_end_to_end_mpi(tmp_path):
-    out, gif = tmp_path / "life.nc", tmp_path / "life.gif"
-    # 12 steps, a snapshot after each (the GIF's frames)
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(LIFE), "--backend", "mpi", "--size",
-           "37x50", "--pattern", "random", "--density", "0.4", "--seed", "9", "--steps", "12",
-           "--out", str(out), "--plot", str(gif), "--json"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
-    assert proc.returncode == 0, proc.stderr
-    d = last_json(proc.stdout)
+def test_life_end_to_end_mpi(mpi_runs):
+    returncode, stdout, stderr, tmp = mpi_runs["life"]
+    out, gif = tmp / "life.nc", tmp / "life.gif"
+    assert returncode == 0, stderr
+    d = last_json(stdout)
     final = numpy_life(P.random_board((37, 50), 0.4, seed=9), 12)
     assert d["checksum"] == checksum(final) and d["population"] == int(final.sum())
     assert d["processes"] == 2 and d["mesh"] == {"y": 2, "x": 1}
-    assert proc.stdout.count('"backend"') == 1  # rank 0 only
+    assert stdout.count('"backend"') == 1  # rank 0 only
     with xr.open_dataset(out) as ds:
         _check_common(d, ds, "mpi", 12, (37, 50))
         assert ds["board"].dims == ("time", "y", "x") and ds["board"].dtype == np.uint8

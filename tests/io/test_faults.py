@@ -59,8 +59,10 @@ def test_a_full_disk_ends_a_netcdf_run_with_one_message(small_disk):
     segfault (was: 12 h5py tracebacks, then exit 139); the file keeps what it says."""
     disk = small_disk(884)
     out = disk / "x.nc"
+    # k = 1: auto's 16, more than the 4 steps between snapshots, would compile a group never run
     r = subprocess.run([sys.executable, str(HEAT), "--n", "100000", "--steps", "200",
-                        "--devices", "2", "--quiet", "--out", str(out)],
+                        "--devices", "2", "--steps-per-exchange", "1", "--quiet", "--out",
+                        str(out)],
                        env=common.clean_env(), capture_output=True, text=True, timeout=120,
                        cwd=common.ROOT)  # fmt: skip
     assert r.returncode == 2, (r.returncode, r.stderr[-3000:])

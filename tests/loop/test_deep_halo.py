@@ -150,14 +150,16 @@ def test_snapshots_chunks_and_callbacks_at_any_step():
     x0 = np.random.default_rng(5).random(301).astype(np.float32)
     mesh = pgas.make_mesh(("x",), devices=4)
     seen = []
+    # snapshots of 5 steps (a group and a step), chunks of 15: neither ends where k = 4 does;
+    # both chunks scan 3 snapshots, one program (chunks of 18 and 12 steps compiled two)
     u, snaps = pgas.run(heat, pgas.from_numpy(x0, mesh, boundary=pgas.Keep()), 30,
-                        snapshot_every=6, chunk=18, steps_per_exchange=4,
+                        snapshot_every=5, chunk=15, steps_per_exchange=4,
                         callback=lambda done, s: seen.append((done, s.to_numpy())))  # fmt: skip
     fields = snaps.to_numpy()
-    for i in range(5):
-        np.testing.assert_array_equal(fields[i], heat_numpy(x0, 6 * (i + 1)))
-    assert [d for d, _ in seen] == [18, 30]
-    np.testing.assert_array_equal(seen[0][1], heat_numpy(x0, 18))
+    for i in range(6):
+        np.testing.assert_array_equal(fields[i], heat_numpy(x0, 5 * (i + 1)))
+    assert [d for d, _ in seen] == [15, 30]
+    np.testing.assert_array_equal(seen[0][1], heat_numpy(x0, 15))
     np.testing.assert_array_equal(u.to_numpy(), heat_numpy(x0, 30))
 
 

@@ -24,7 +24,10 @@ def test_snapshots_and_observe():
 def test_chunks_call_back_between_compiled_chunks():
     x0 = np.random.default_rng(12).random(100).astype(np.float32)
     seen = []
+    # k = 2: chunks of 10 and 5 steps, each parity (auto's k = 12 on blocks of 13 and 12
+    # exceeds the chunks: its group would be compiled and never run)
     u = pgas.run(heat, pgas.from_numpy(x0, pgas.make_mesh(("x",))), 25, chunk=10,
+                 steps_per_exchange=2,
                  callback=lambda done, s: seen.append((done, s.to_numpy()[50])))  # fmt: skip
     assert [d for d, _ in seen] == [10, 20, 25]
     np.testing.assert_array_equal(u.to_numpy(), heat_numpy(x0, 25))
@@ -42,7 +45,10 @@ def test_pytree_of_fields_reaction_diffusion():
         b[1:-1] = b[1:-1] + 0.0625 * a[1:-1]
         return {"a": a, "b": b}
 
-    s = pgas.run(step, {"a": pgas.from_numpy(a0, mesh), "b": pgas.from_numpy(b0, mesh)}, 5)
+    # k = 2: two groups and a step (auto's k = 16 on blocks of 16 exceeds the 5 steps: its group
+    # would be compiled and never run)
+    state = {"a": pgas.from_numpy(a0, mesh), "b": pgas.from_numpy(b0, mesh)}
+    s = pgas.run(step, state, 5, steps_per_exchange=2)
     a, b = a0.copy(), b0.copy()
     for _ in range(5):
         a[1:-1] = a[1:-1] + 0.125 * (a[:-2] + a[2:] - 2 * a[1:-1]) - 0.0625 * b[1:-1]
@@ -81,8 +87,12 @@ def test_bool_and_int_fields():
         return b
 
     ref = alive.copy()
-    ref[1:-1] = ~ref[1:-1] ^ ref[2:]
-    np.testing.assert_array_equal(pgas.run(flip_interior, b, 1).to_numpy(), ref)
+    for _ in range(3):
+        ref[1:-1] = ~ref[1:-1] ^ ref[2:]
+    # k = 2: a group and a step in the double-buffered loop (auto's k = 12 on blocks of 13 and
+    # 12: one step, its group compiled and never run)
+    np.testing.assert_array_equal(pgas.run(flip_interior, b, 3, steps_per_exchange=2).to_numpy(),
+                                  ref)  # fmt: skip
     counts = pgas.from_numpy(np.arange(50, dtype=np.int32), mesh)
     counts[1:-1] = counts[:-2] + counts[2:]
     np.testing.assert_array_equal(counts.to_numpy()[1:-1], 2 * np.arange(1, 49))
@@ -105,7 +115,9 @@ def test_the_callers_array_stays_valid_unless_donated():
         out = pgas.run(heat, u, 8, steps_per_exchange=k)
         np.testing.assert_array_equal(u.to_numpy(), u0)  # still usable, unchanged
         np.testing.assert_array_equal(out.to_numpy(), heat_numpy(u0, 8))
-    out = pgas.run(heat, u, 8, donate=True)  # asked: one field less on every device
+    # asked: one field less on every device (k = 4: the loop above; auto's k = 16 on blocks of
+    # 51 and 50 exceeds the 8 steps, its group compiled and never run)
+    out = pgas.run(heat, u, 8, donate=True, steps_per_exchange=4)
     np.testing.assert_array_equal(out.to_numpy(), heat_numpy(u0, 8))
     with pytest.raises(RuntimeError, match="deleted"):
         u.to_numpy()
@@ -122,13 +134,14 @@ def test_a_failed_callback_propagates_unchanged_with_the_last_state():
     boom = Stop("disk full")
 
     def callback(done, state):
-        if done == 10:
+        if done == 8:
             raise boom
 
-    with pytest.raises(Stop) as caught:
-        pgas.run(heat, u, 20, chunk=5, callback=callback)
+    with pytest.raises(Stop) as caught:  # chunks of 4 at k = 4: the double-buffered loop of
+        # the test above (auto's k = 16 exceeds the chunks: its group would never run)
+        pgas.run(heat, u, 20, chunk=4, callback=callback, steps_per_exchange=4)
     err = caught.value
-    assert err is boom and err.pgas_step == 10
-    np.testing.assert_array_equal(err.pgas_state.to_numpy(), heat_numpy(u0, 10))
+    assert err is boom and err.pgas_step == 8
+    np.testing.assert_array_equal(err.pgas_state.to_numpy(), heat_numpy(u0, 8))
     np.testing.assert_array_equal(u.to_numpy(), u0)  # the caller's array too
-    assert any("stopped after 10 of 20 steps" in note for note in err.__notes__)
+    assert any("stopped after 8 of 20 steps" in note for note in err.__notes__)
