@@ -129,9 +129,14 @@ def main(argv=None) -> dict:
     out["params"] = {"steps": heat_steps, "warm_s": warm, "new_value_s": new,
                      "ratio": new / warm, "compilations": len(compiles)}  # fmt: skip
     print("params", out["params"], flush=True)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as f:
+    return written(out, a.out)
+
+
+def written(out: dict, path: str | None) -> dict:
+    """``out``, written as JSON to ``path`` first if one is given."""
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
             json.dump(out, f, indent=1)
     return out
 
@@ -174,11 +179,7 @@ def gpu(a) -> dict:
     out = {"machine": machine(), "platform": jax.default_backend(), "tiny": a.tiny,
            "grad": affine(heat, u, 40 if a.tiny else 1000, a.repeats),
            "nonlinear": nonlinear(a.tiny, a.repeats, devices=1, n=2**24, side=4096)}  # fmt: skip
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
-    return out
+    return written(out, a.out)
 
 
 def gradient_memory(loss, u, steps: int, block: int) -> dict:

@@ -343,7 +343,7 @@ def differentiable(forward: Callable, derivative: Callable, state, steps, params
             rule = functools.partial(tangent, derived)
             lin = jax.custom_derivatives.linear_call(rule, transpose, (s, p, cs, kept), given)
             return out, lin
-        dp, dcs, ds = _dense(p, dp), _dense(cs, dcs), _dense(s, ds)
+        dp, dcs, ds = (_filled(x, _live(t)) for x, t in ((p, dp), (cs, dcs), (s, ds)))
         return jax.jvp(derived, (s, p, *cs[n:]), (ds, dp, *dcs[n:]))
 
     return run(state, params, *consts, *others)
@@ -379,13 +379,3 @@ def _like(live, cts):
         return None
     return jax.tree.map(lambda t, c: None if t is None else c, live, cts,
                         is_leaf=lambda t: t is None)  # fmt: skip
-
-
-def _dense(primals, tangents):
-    """``tangents`` with each symbolic zero made an array of zeros like its primal's tangent."""
-    zero = jax.custom_derivatives.zero_from_primal
-    p, t = jax.tree.leaves(primals), jax.tree.leaves(tangents)
-    return jax.tree.unflatten(
-        jax.tree.structure(tangents),
-        [zero(a) if type(b) is jax.custom_derivatives.SymbolicZero else b for a, b in zip(p, t)],
-    )
